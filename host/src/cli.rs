@@ -1,0 +1,218 @@
+//! The command line (DESIGN §5): `leasehold run`, `leasehold check`, `leasehold trigger`.
+//!
+//! Exit codes: 0 success; 1 the command failed (bad configuration, unreachable Redis, a
+//! component that is refused by `check`); 2 the command line itself is wrong (clap's usage
+//! errors).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::config::{Timing, validate_node_id};
+use crate::keys::JobKeys;
+use crate::node::{self, NodeConfig};
+use crate::runtime::Runtime;
+use crate::spec::{HostLimits, validate_job_name};
+use crate::{redis_conn, runs};
+
+/// Leasehold: singleton WebAssembly jobs across replicas, elected through Redis and fenced.
+#[derive(Parser, Debug)]
+#[command(name = "leasehold", version, about)]
+pub struct Cli {
+    /// Log format.
+    #[arg(long, global = true, env = "LEASEHOLD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Human)]
+    pub log_format: LogFormat,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// One readable line per event.
+    Human,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run a replica: campaign for every job in the jobs directory and run the ones it leads.
+    Run(RunArgs),
+    /// Validate a job component against the `leasehold:job/job` world and print its spec.
+    Check {
+        /// The `.wasm` component to check.
+        file: PathBuf,
+    },
+    /// Ask for a run of a period now (a period that is already done is not run again).
+    Trigger(TriggerArgs),
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (use e.g. 500ms, 3s, 1m)"))
+}
+
+/// Flags of `leasehold run`.
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Redis URL, e.g. redis://127.0.0.1:6379 or rediss://user:password@host:6380.
+    #[arg(long, env = "LEASEHOLD_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    pub redis_url: String,
+    /// Directory of job components (`*.wasm`).
+    #[arg(long, env = "LEASEHOLD_JOBS_DIR", default_value = "jobs")]
+    pub jobs_dir: PathBuf,
+    /// Directory of read-only job inputs, one subfolder per job (mounted at /data in the job).
+    #[arg(long, env = "LEASEHOLD_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// This node's id (A-Z a-z 0-9 . _ -); defaults to the host name.
+    #[arg(long, env = "LEASEHOLD_NODE_ID")]
+    pub node_id: Option<String>,
+    /// Lease time-to-live.
+    #[arg(long, env = "LEASEHOLD_LEASE_TTL", value_parser = duration, default_value = "10s")]
+    pub lease_ttl: Duration,
+    /// Renewal interval; heartbeat × 3 must be less than the lease TTL.
+    #[arg(long, env = "LEASEHOLD_HEARTBEAT", value_parser = duration, default_value = "2s")]
+    pub heartbeat: Duration,
+    /// Safety margin: a leader stops acting this long before its lease could expire
+    /// [default: lease-ttl / 10].
+    #[arg(long, env = "LEASEHOLD_LEASE_MARGIN", value_parser = duration)]
+    pub lease_margin: Option<Duration>,
+    /// Bound on every Redis call [default: heartbeat / 2].
+    #[arg(long, env = "LEASEHOLD_REDIS_TIMEOUT", value_parser = duration)]
+    pub redis_timeout: Option<Duration>,
+}
+
+/// Flags of `leasehold trigger`.
+#[derive(Args, Debug, Clone)]
+pub struct TriggerArgs {
+    /// The job's name.
+    pub job: String,
+    /// The period to run (e.g. 2026-11-27 for a daily job) [default: the current period].
+    #[arg(long)]
+    pub period: Option<String>,
+    /// Redis URL.
+    #[arg(long, env = "LEASEHOLD_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    pub redis_url: String,
+}
+
+impl RunArgs {
+    /// Validates the flags into a [`NodeConfig`]; every timing violation is reported at once.
+    pub fn config(&self) -> anyhow::Result<NodeConfig> {
+        let node_id = match &self.node_id {
+            Some(id) => id.clone(),
+            None => hostname(),
+        };
+        validate_node_id(&node_id)?;
+        let timing = Timing::new(self.lease_ttl, self.heartbeat, self.lease_margin, self.redis_timeout)?;
+        Ok(NodeConfig {
+            redis_url: self.redis_url.clone(),
+            jobs_dir: self.jobs_dir.clone(),
+            data_dir: self.data_dir.clone(),
+            node_id,
+            timing,
+        })
+    }
+}
+
+fn hostname() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "node".to_string())
+}
+
+/// Installs the tracing subscriber: human or JSON, filtered by `LEASEHOLD_LOG` or `RUST_LOG`
+/// (default `info`).
+pub fn init_logging(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("LEASEHOLD_LOG")
+        .or_else(|_| EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Human => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+/// Runs a parsed command line.
+pub async fn main(cli: Cli) -> ExitCode {
+    let result = match cli.command {
+        Command::Run(args) => run(args).await,
+        Command::Check { file } => check(file).await,
+        Command::Trigger(args) => trigger(args).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let cfg = args.config()?;
+    node::run(cfg, shutdown_signal()).await
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("installing the SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+async fn check(file: PathBuf) -> anyhow::Result<()> {
+    let runtime = Runtime::new(HostLimits::default())?;
+    let job = runtime
+        .load(&file)
+        .await
+        .map_err(|e| anyhow::anyhow!("{} is refused: {}", e.path.display(), e.reason))?;
+    println!("{} is a valid leasehold job", file.display());
+    println!("{}", job.spec);
+    println!("component:  {}", job.hash);
+    let now = chrono::Utc::now();
+    if let Some(p) = job.spec.schedule.current(now) {
+        println!("current:    period {} (fired {})", p.id, p.fire.to_rfc3339());
+    }
+    if let Some(p) = job.spec.schedule.next(now) {
+        println!("next:       period {} at {}", p.id, p.fire.to_rfc3339());
+    }
+    Ok(())
+}
+
+async fn trigger(args: TriggerArgs) -> anyhow::Result<()> {
+    validate_job_name(&args.job)?;
+    let Some(period) = args.period else {
+        anyhow::bail!("--period is required in this version (e.g. --period 2026-11-27)");
+    };
+    if period.is_empty() || period.len() > 64 || !period.bytes().all(|b| b.is_ascii_digit() || b == b'-' || b == b'T' || b == b':') {
+        anyhow::bail!("period {period:?} is not a period id (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS)");
+    }
+    let mut conn = redis_conn::connect(&args.redis_url, Duration::from_secs(2)).await?;
+    let keys = JobKeys::new(&args.job);
+    if let Some(r) = runs::read(&mut conn, &keys, &period).await? {
+        if r.status == runs::RunStatus::Done {
+            println!("{} period {period} is already done (token {}, node {}); not run again", args.job, r.token, r.node);
+            return Ok(());
+        }
+    }
+    let added = runs::request(&mut conn, &keys, &period).await?;
+    if added {
+        println!("requested a run of {} for period {period}", args.job);
+    } else {
+        println!("a run of {} for period {period} was already requested", args.job);
+    }
+    Ok(())
+}

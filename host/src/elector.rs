@@ -1,0 +1,264 @@
+//! Leader election for one job: `run = campaign → lead (renew) → step down`, forever.
+//!
+//! **States** (DESIGN §2): CANDIDATE → LEADER when the acquire script grants the lease;
+//! CANDIDATE → FOLLOWER when another owner holds it; FOLLOWER → CANDIDATE when the observed
+//! lease time runs out; LEADER → LEADER on every successful renewal; LEADER → CANDIDATE when a
+//! renewal says the lease is gone, when the local deadline passes without a successful renewal,
+//! or when a fenced write was refused; LEADER → released on resignation (shutdown).
+//! The current [`Role`] is published on a `watch` channel for the runner and for status.
+//!
+//! **Guarantees.** While [`Role::Leader`] is published, its [`Term`] is valid only inside
+//! `[t_sent, t_sent + ttl − margin)` of the last acquire/renew that succeeded (I3); the term's
+//! deadline ends it even if this task is late. Every Redis call is bounded by `redis_timeout`,
+//! which the config rules keep below the renewal deadline (I4). A term that ends is ended for
+//! every clone of it, so the runner's guest sees `still-leader() == false` at once.
+//!
+//! **Non-guarantees.** Election does not stop a paused process from *believing* it leads after
+//! it wakes; the fence does (see [`crate::fence`]). Followers currently wake at the observed
+//! lease expiry (crash failover ≈ one TTL); a released lease is noticed at the same time.
+//!
+//! Electors run on their own single-threaded runtime with their own Redis connection
+//! ([`LeaseRuntime`]), so renewals never wait behind guest execution or step writes.
+
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionManager;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::config::{Timing, show};
+use crate::keys::JobKeys;
+use crate::lease::{self, Acquired};
+use crate::term::Term;
+
+/// This node's role for one job.
+#[derive(Clone, Debug)]
+pub enum Role {
+    /// Campaigning, or unable to reach Redis: not acting.
+    Candidate,
+    /// Another owner holds the lease.
+    Follower {
+        /// The owner (`node-id:uuid`) holding the lease when last observed.
+        leader: String,
+    },
+    /// This node leads the job in this term.
+    Leader(Term),
+    /// The elector has stopped (shutdown) and released its lease.
+    Stopped,
+}
+
+impl Role {
+    /// The term, if this node leads and the term is still valid.
+    pub fn term(&self) -> Option<&Term> {
+        match self {
+            Role::Leader(t) if t.still_leader() => Some(t),
+            _ => None,
+        }
+    }
+
+    /// A short name for logs and status.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Role::Candidate => "candidate",
+            Role::Follower { .. } => "follower",
+            Role::Leader(t) if t.still_leader() => "leader",
+            Role::Leader(_) => "candidate",
+            Role::Stopped => "stopped",
+        }
+    }
+}
+
+/// The node part of an owner value `node-id:uuid`.
+pub fn owner_node(owner: &str) -> &str {
+    owner.rsplit_once(':').map(|(n, _)| n).unwrap_or(owner)
+}
+
+/// A dedicated thread running a single-threaded tokio runtime for the electors.
+pub struct LeaseRuntime {
+    handle: tokio::runtime::Handle,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LeaseRuntime {
+    /// Starts the thread.
+    pub fn start() -> std::io::Result<Self> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let handle = rt.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("leases".into())
+            .spawn(move || {
+                rt.block_on(async {
+                    let _ = stopped.await;
+                });
+            })?;
+        Ok(LeaseRuntime {
+            handle,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// The runtime's handle, to spawn electors (and their connection) on.
+    pub fn handle(&self) -> &tokio::runtime::Handle {
+        &self.handle
+    }
+}
+
+impl Drop for LeaseRuntime {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// What one job's elector needs.
+#[derive(Clone)]
+pub struct Elector {
+    /// Job name.
+    pub job: String,
+    /// This node's id.
+    pub node: String,
+    /// Lease timings.
+    pub timing: Timing,
+    /// The job's keys.
+    pub keys: JobKeys,
+}
+
+/// Why a term ended.
+enum Ended {
+    Resigned,
+    Lost(String),
+}
+
+impl Elector {
+    /// Campaigns until `resign` turns true; then releases the lease if held and publishes
+    /// [`Role::Stopped`].
+    pub async fn run(
+        self,
+        mut conn: ConnectionManager,
+        role: watch::Sender<Role>,
+        mut resign: watch::Receiver<bool>,
+    ) {
+        let Timing {
+            lease_ttl,
+            heartbeat,
+            redis_timeout,
+            ..
+        } = self.timing;
+        let (job, node) = (self.job.as_str(), self.node.as_str());
+        while !*resign.borrow() {
+            let owner = format!("{node}:{}", uuid::Uuid::new_v4());
+            let sent = Instant::now();
+            let acquired = tokio::time::timeout(
+                redis_timeout,
+                lease::acquire(&mut conn, &self.keys, &owner, lease_ttl),
+            )
+            .await;
+            let wait = match acquired {
+                Ok(Ok(Acquired::Granted { token })) => {
+                    let term = Term::new(token, owner.clone(), sent + self.timing.leader_window());
+                    info!(job, node, token, ttl = %show(lease_ttl), "became leader");
+                    role.send_replace(Role::Leader(term.clone()));
+                    let ended = self.lead(&mut conn, &term, &mut resign).await;
+                    term.end();
+                    match ended {
+                        Ended::Resigned => {
+                            let released = tokio::time::timeout(
+                                redis_timeout,
+                                lease::release(&mut conn, &self.keys, &owner),
+                            )
+                            .await;
+                            match released {
+                                Ok(Ok(true)) => info!(job, node, token, "released lease"),
+                                Ok(Ok(false)) => info!(job, node, token, "lease was no longer ours at release"),
+                                Ok(Err(e)) => warn!(job, node, token, "releasing lease failed: {e}"),
+                                Err(_) => warn!(job, node, token, "releasing lease timed out after {}", show(redis_timeout)),
+                            }
+                            break;
+                        }
+                        Ended::Lost(why) => {
+                            warn!(job, node, token, "stopped leading: {why}");
+                            role.send_replace(Role::Candidate);
+                            continue;
+                        }
+                    }
+                }
+                Ok(Ok(Acquired::Held { holder, ttl })) => {
+                    let changed = !matches!(&*role.borrow(), Role::Follower { leader } if *leader == holder);
+                    if changed {
+                        info!(job, node, leader = %holder, "following");
+                        role.send_replace(Role::Follower { leader: holder });
+                    }
+                    // Wake when the lease we saw runs out.
+                    ttl.clamp(Duration::from_millis(1), lease_ttl) + Duration::from_millis(1)
+                }
+                Ok(Err(e)) => {
+                    warn!(job, node, "campaign failed: {e}");
+                    role.send_replace(Role::Candidate);
+                    heartbeat
+                }
+                Err(_) => {
+                    warn!(job, node, "campaign failed: no reply from redis within {}", show(redis_timeout));
+                    role.send_replace(Role::Candidate);
+                    heartbeat
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = resign.wait_for(|r| *r) => {}
+            }
+        }
+        role.send_replace(Role::Stopped);
+    }
+
+    /// Renews every heartbeat until the term ends or the node resigns.
+    async fn lead(
+        &self,
+        conn: &mut ConnectionManager,
+        term: &Term,
+        resign: &mut watch::Receiver<bool>,
+    ) -> Ended {
+        let Timing {
+            lease_ttl,
+            heartbeat,
+            redis_timeout,
+            ..
+        } = self.timing;
+        let (job, node, token) = (self.job.as_str(), self.node.as_str(), term.token());
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(heartbeat) => {}
+                _ = resign.wait_for(|r| *r) => return Ended::Resigned,
+                _ = term.ended() => return Ended::Lost(ended_reason(term)),
+            }
+            let sent = Instant::now();
+            tokio::select! {
+                renewed = tokio::time::timeout(redis_timeout, lease::renew(conn, &self.keys, term.owner(), lease_ttl)) => match renewed {
+                    Ok(Ok(true)) => term.extend(sent + self.timing.leader_window()),
+                    Ok(Ok(false)) => return Ended::Lost("the lease is no longer ours".into()),
+                    Ok(Err(e)) => warn!(job, node, token, left = %show(term.time_left()), "renewal failed: {e}"),
+                    Err(_) => warn!(job, node, token, left = %show(term.time_left()), "renewal got no reply within {}", show(redis_timeout)),
+                },
+                _ = term.ended() => return Ended::Lost(ended_reason(term)),
+            }
+        }
+    }
+}
+
+fn ended_reason(term: &Term) -> String {
+    // `Term::end` is called by the store when the fence refused a write; otherwise the local
+    // deadline passed without a successful renewal.
+    if term.deadline().is_none() {
+        "the term was ended (a fenced write was refused)".into()
+    } else {
+        "local lease deadline passed without a successful renewal".into()
+    }
+}

@@ -1,0 +1,191 @@
+//! The fence: the destination's guard against writes from an old term (I1, I2).
+//!
+//! Per job namespace the hash `lh:{job}:fence` keeps the highest token accepted and its
+//! holder. A fenced write is one script that, atomically in Redis:
+//!
+//! 1. refuses a token below the fence's token (**stale**), or equal to it from another holder
+//!    (**other holder**) — tokens are unique per term, so an equal token from someone else can
+//!    only come from a counter that went backwards;
+//! 2. refuses the write unless the lease still holds the writer's owner value at the moment
+//!    Redis applies it (**not leaseholder**) — the compare etcd does on the leader key's
+//!    revision, possible because lease and data live in the same Redis;
+//! 3. otherwise raises the fence to the token if it is higher, and sets every key given.
+//!
+//! The acquire script raises the fence when a term starts (see [`crate::lease`]), so once term
+//! `t` has begun no write of an earlier term is accepted, even before `t` writes anything.
+//! All keys of a write belong to one job (one hash slot), so the script works on Redis Cluster.
+
+use std::fmt;
+use std::sync::LazyLock;
+
+use redis::Script;
+use redis::aio::ConnectionLike;
+
+use crate::keys::JobKeys;
+
+static FENCED_WRITE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+-- KEYS: lease, fence, keys to set..., keys to delete...
+-- ARGV: owner, token, number of keys to set, values... (one per key to set)
+local token = tonumber(ARGV[2])
+local fence_token = redis.call('HGET', KEYS[2], 'token')
+local fence_holder = redis.call('HGET', KEYS[2], 'holder') or ''
+if fence_token then
+  local f = tonumber(fence_token)
+  if token < f then
+    return {0, 'stale', fence_token, fence_holder}
+  end
+  if token == f and fence_holder ~= ARGV[1] then
+    return {0, 'other-holder', fence_token, fence_holder}
+  end
+end
+local lease = redis.call('GET', KEYS[1])
+if lease ~= ARGV[1] then
+  return {0, 'not-leaseholder', fence_token or '', lease or ''}
+end
+if (not fence_token) or token > tonumber(fence_token) then
+  redis.call('HSET', KEYS[2], 'token', ARGV[2], 'holder', ARGV[1])
+end
+local sets = tonumber(ARGV[3])
+for i = 1, #KEYS - 2 do
+  if i <= sets then
+    redis.call('SET', KEYS[i + 2], ARGV[i + 3])
+  else
+    redis.call('DEL', KEYS[i + 2])
+  end
+end
+return {1, '', '', ''}
+"#,
+    )
+});
+
+/// Why the fence refused a write. Nothing was written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// A newer term has begun: the fence holds a higher token.
+    Stale {
+        /// The writer's token.
+        token: u64,
+        /// The fence's token.
+        fence_token: u64,
+        /// The fence's holder.
+        fence_holder: String,
+    },
+    /// The fence holds the same token from another holder (a counter that went backwards).
+    OtherHolder {
+        /// The token both claim.
+        token: u64,
+        /// The holder the fence knows for it.
+        fence_holder: String,
+    },
+    /// The writer's term no longer holds the lease in Redis.
+    NotLeaseholder {
+        /// The lease's current owner, empty when nobody holds it.
+        lease_holder: String,
+    },
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::Stale {
+                token,
+                fence_token,
+                fence_holder,
+            } => write!(
+                f,
+                "fenced: token {token} is older than token {fence_token} of {fence_holder}"
+            ),
+            Refusal::OtherHolder {
+                token,
+                fence_holder,
+            } => write!(f, "fenced: token {token} belongs to {fence_holder}"),
+            Refusal::NotLeaseholder { lease_holder } if lease_holder.is_empty() => {
+                write!(f, "fenced: the lease has expired or was released")
+            }
+            Refusal::NotLeaseholder { lease_holder } => {
+                write!(f, "fenced: the lease is held by {lease_holder}")
+            }
+        }
+    }
+}
+
+/// A fenced write failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FenceError {
+    /// The fence refused the write.
+    #[error("{0}")]
+    Refused(Refusal),
+    /// Redis could not be asked.
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+}
+
+/// Sets every `(key, value)` pair (full Redis keys of this job), fenced by the term
+/// `(owner, token)`.
+pub async fn write<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &JobKeys,
+    owner: &str,
+    token: u64,
+    writes: &[(String, &[u8])],
+) -> Result<(), FenceError> {
+    write_and_delete(conn, keys, owner, token, writes, &[]).await
+}
+
+/// Sets every `(key, value)` pair and deletes every key of `deletes`, all atomically in one
+/// script, fenced by the term `(owner, token)`. All keys must be this job's.
+pub async fn write_and_delete<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &JobKeys,
+    owner: &str,
+    token: u64,
+    writes: &[(String, &[u8])],
+    deletes: &[String],
+) -> Result<(), FenceError> {
+    let mut inv = FENCED_WRITE.key(keys.lease());
+    inv.key(keys.fence()).arg(owner).arg(token).arg(writes.len());
+    for (key, value) in writes {
+        inv.key(key).arg(*value);
+    }
+    for key in deletes {
+        inv.key(key);
+    }
+    let (ok, kind, fence_token, holder): (i64, String, String, String) =
+        inv.invoke_async(conn).await?;
+    if ok == 1 {
+        return Ok(());
+    }
+    let fence_token = fence_token.parse().unwrap_or(0);
+    Err(FenceError::Refused(match kind.as_str() {
+        "stale" => Refusal::Stale {
+            token,
+            fence_token,
+            fence_holder: holder,
+        },
+        "other-holder" => Refusal::OtherHolder {
+            token,
+            fence_holder: holder,
+        },
+        _ => Refusal::NotLeaseholder {
+            lease_holder: holder,
+        },
+    }))
+}
+
+/// The fence's current `(token, holder)`, if any write or term has set it.
+pub async fn current<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &JobKeys,
+) -> Result<Option<(u64, String)>, redis::RedisError> {
+    let (token, holder): (Option<String>, Option<String>) = redis::cmd("HMGET")
+        .arg(keys.fence())
+        .arg("token")
+        .arg("holder")
+        .query_async(conn)
+        .await?;
+    Ok(token
+        .and_then(|t| t.parse().ok())
+        .map(|t| (t, holder.unwrap_or_default())))
+}

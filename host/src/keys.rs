@@ -1,0 +1,84 @@
+//! The Redis key layout. Every key of one job shares the hash tag `{job}`, so each script
+//! touches a single slot and works unchanged on Redis Cluster.
+//!
+//! | key | type | written by | holds |
+//! | --- | --- | --- | --- |
+//! | `lh:{job}:lease` | string, `PX` ttl | acquire / renew / release scripts | owner `node-id:uuid` of the current term |
+//! | `lh:{job}:token` | string (integer) | acquire script | the last token issued |
+//! | `lh:{job}:fence` | hash `token`, `holder` | acquire script (term start), fenced write | highest token accepted and its holder |
+//! | `lh:{job}:data:<key>` | string | fenced write (guest `store.write`) | the job's own data |
+//! | `lh:{job}:run:<period>` | string (JSON) | fenced write (runner) | the run record of one period |
+//! | `lh:{job}:ckpt:<period>` | string (bytes) | fenced write (runner), with the run record | the state the next step resumes from |
+//! | `lh:{job}:requests` | set | `leasehold trigger` | periods asked for by an operator |
+
+/// The keys of one job. Cheap to clone; built once per job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobKeys {
+    prefix: String,
+}
+
+impl JobKeys {
+    /// Keys for the job named `job` (a validated job name, see [`crate::spec`]).
+    pub fn new(job: &str) -> Self {
+        JobKeys {
+            prefix: format!("lh:{{{job}}}:"),
+        }
+    }
+
+    /// The lease: owner of the current term, expiring after the lease TTL.
+    pub fn lease(&self) -> String {
+        format!("{}lease", self.prefix)
+    }
+
+    /// The token counter.
+    pub fn token(&self) -> String {
+        format!("{}token", self.prefix)
+    }
+
+    /// The fence: highest accepted token and its holder.
+    pub fn fence(&self) -> String {
+        format!("{}fence", self.prefix)
+    }
+
+    /// A guest key inside the job's namespace. `key` must already be validated.
+    pub fn data(&self, key: &str) -> String {
+        format!("{}data:{key}", self.prefix)
+    }
+
+    /// The run record of a period.
+    pub fn run(&self, period: &str) -> String {
+        format!("{}run:{period}", self.prefix)
+    }
+
+    /// The checkpoint (state for the next step) of a period's run.
+    pub fn checkpoint(&self, period: &str) -> String {
+        format!("{}ckpt:{period}", self.prefix)
+    }
+
+    /// Periods requested by operators (`leasehold trigger`).
+    pub fn requests(&self) -> String {
+        format!("{}requests", self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_of_a_job_shares_its_hash_tag() {
+        let k = JobKeys::new("recon");
+        for key in [
+            k.lease(),
+            k.token(),
+            k.fence(),
+            k.data("a/b"),
+            k.run("2026-11-27"),
+            k.checkpoint("2026-11-27"),
+            k.requests(),
+        ] {
+            assert!(key.starts_with("lh:{recon}:"), "{key}");
+        }
+        assert_eq!(k.data("report/x"), "lh:{recon}:data:report/x");
+    }
+}

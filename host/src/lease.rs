@@ -1,0 +1,167 @@
+//! The lease of one job in Redis: acquire, renew, release, each one atomic script.
+//!
+//! * **Acquire** = `SET lease owner NX PX ttl` and, in the same script, the term's token: one
+//!   more than the larger of the counter and the fence, and never less than Redis's clock in
+//!   microseconds (`TIME`). The script also raises the fence to the new token with the new
+//!   owner as holder, so the term is fenced *when it starts*, before any step runs (I2).
+//! * **Renew** extends the TTL only if the lease still holds this owner.
+//! * **Release** deletes the lease only if it still holds this owner.
+//!
+//! **Why tokens never go backwards (I8).** While the counter or the fence survives, the new
+//! token is above both. When Redis loses both (a restart without persistence), the clock floor
+//! takes over: every token ever issued was at most `TIME_µs` at its issue plus the number of
+//! terms started within the same microsecond, which is zero or one (each term costs a Redis
+//! round trip). A later `TIME_µs` is therefore above all of them. The floor fails only if Redis's
+//! wall clock steps back by more than the outage lasted *and* the counter and fence were both
+//! lost; both must happen together. Tokens stay below 2^53 (until the year 2255) so Lua compares
+//! them exactly; the script refuses to issue one beyond that.
+//!
+//! Owners are `node-id:uuid`, fresh for every candidacy, so a node that restarts quickly can
+//! never renew or release a lease taken by its previous incarnation.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Script;
+use redis::aio::ConnectionLike;
+
+use crate::keys::JobKeys;
+
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+-- KEYS: lease, token counter, fence.  ARGV: owner, ttl in ms.
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local holder = redis.call('GET', KEYS[1])
+  return {0, holder or '', redis.call('PTTL', KEYS[1])}
+end
+local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
+local fence = tonumber(redis.call('HGET', KEYS[3], 'token') or '0')
+local now = redis.call('TIME')
+local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+local token = math.max(counter + 1, fence + 1, floor)
+if token >= 9007199254740992 then
+  redis.call('DEL', KEYS[1])
+  return redis.error_reply('TOKENRANGE next token ' .. string.format('%.0f', token) .. ' is not below 2^53')
+end
+local t = string.format('%.0f', token)
+redis.call('SET', KEYS[2], t)
+redis.call('HSET', KEYS[3], 'token', t, 'holder', ARGV[1])
+return {1, t, tonumber(ARGV[2])}
+"#,
+    )
+});
+
+static RENEW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+-- KEYS: lease.  ARGV: owner, ttl in ms.
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, holder}
+end
+return {0, holder or ''}
+"#,
+    )
+});
+
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+-- KEYS: lease.  ARGV: owner.
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+"#,
+    )
+});
+
+/// Result of an acquire attempt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Acquired {
+    /// The lease is ours: a new term with this token has begun (and the fence is raised to it).
+    Granted {
+        /// The new term's fencing token.
+        token: u64,
+    },
+    /// Someone else holds the lease.
+    Held {
+        /// The current owner (`node-id:uuid`), empty if the key vanished meanwhile.
+        holder: String,
+        /// Time left on their lease as Redis sees it.
+        ttl: Duration,
+    },
+}
+
+/// Lease operations failed (Redis unreachable, script error, or an unexpected reply).
+pub type LeaseResult<T> = Result<T, redis::RedisError>;
+
+fn bad_reply(what: &str) -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "unexpected script reply",
+        what.to_string(),
+    ))
+}
+
+/// Tries to take the lease of `keys` for `owner` for `ttl`.
+pub async fn acquire<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &JobKeys,
+    owner: &str,
+    ttl: Duration,
+) -> LeaseResult<Acquired> {
+    let (won, value, ttl_ms): (i64, String, i64) = ACQUIRE
+        .key(keys.lease())
+        .key(keys.token())
+        .key(keys.fence())
+        .arg(owner)
+        .arg(ttl.as_millis() as u64)
+        .invoke_async(conn)
+        .await?;
+    if won == 1 {
+        let token = value
+            .parse()
+            .map_err(|_| bad_reply(&format!("token {value:?}")))?;
+        Ok(Acquired::Granted { token })
+    } else {
+        Ok(Acquired::Held {
+            holder: value,
+            ttl: Duration::from_millis(ttl_ms.max(0) as u64),
+        })
+    }
+}
+
+/// Extends the lease by `ttl` if `owner` still holds it. `Ok(false)`: the lease is gone or
+/// someone else's; the caller must stop leading at once.
+pub async fn renew<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &JobKeys,
+    owner: &str,
+    ttl: Duration,
+) -> LeaseResult<bool> {
+    let (ok, _holder): (i64, String) = RENEW
+        .key(keys.lease())
+        .arg(owner)
+        .arg(ttl.as_millis() as u64)
+        .invoke_async(conn)
+        .await?;
+    Ok(ok == 1)
+}
+
+/// Deletes the lease if `owner` still holds it; `Ok(false)` if it was not ours any more.
+pub async fn release<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &JobKeys,
+    owner: &str,
+) -> LeaseResult<bool> {
+    let released: i64 = RELEASE
+        .key(keys.lease())
+        .arg(owner)
+        .invoke_async(conn)
+        .await?;
+    Ok(released == 1)
+}

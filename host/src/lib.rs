@@ -1,0 +1,29 @@
+//! Leasehold: singleton jobs across a cluster of identical replicas.
+//!
+//! Each job is a WebAssembly component. For each job the replicas campaign for a lease in
+//! Redis; the winner runs the job's steps for one *term*, and every write it makes is fenced by
+//! the term's token, so a leader that wakes from a pause cannot overwrite its successor's work.
+//!
+//! Where to start reading (see also `ARCHITECTURE.md`):
+//!
+//! * [`node`] — one replica: load jobs, start electors and runners, shut down in order.
+//! * [`elector`] — the per-job election state machine; [`term`] — a term and its local deadline.
+//! * [`lease`] and [`fence`] — the Redis scripts that make election and fencing atomic.
+//! * [`runner`] — drives a job's runs while leading; [`runs`] — run records and checkpoints.
+//! * [`runtime`] — the wasmtime wrapper and the host side of the `job` world (`wit/job.wit`).
+//! * [`spec`] — job specs, schedules and periods; [`config`] — validated timings (I4).
+//! * [`keys`] — the Redis key layout.
+
+pub mod cli;
+pub mod config;
+pub mod elector;
+pub mod fence;
+pub mod keys;
+pub mod lease;
+pub mod node;
+pub mod redis_conn;
+pub mod runner;
+pub mod runs;
+pub mod runtime;
+pub mod spec;
+pub mod term;

@@ -1,0 +1,57 @@
+//! Redis connections: one place that sets timeouts and hides passwords in messages.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+/// The URL with any password replaced by `***`, for logs and errors.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            if userinfo.contains(':') {
+                format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+            } else {
+                url.to_string()
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// Opens a reconnecting connection. Each command fails after `timeout`; callers still wrap
+/// calls in their own deadline where a bound matters for correctness (I3).
+pub async fn connect(url: &str, timeout: Duration) -> anyhow::Result<ConnectionManager> {
+    let client = redis::Client::open(url)
+        .with_context(|| format!("invalid redis url {}", redact(url)))?;
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout))
+        .set_number_of_retries(2)
+        .set_max_delay(Duration::from_millis(500));
+    let conn = tokio::time::timeout(
+        timeout * 4,
+        ConnectionManager::new_with_config(client, config),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("cannot reach redis at {}: no answer within {}", redact(url), crate::config::show(timeout * 4)))?
+    .with_context(|| format!("cannot reach redis at {}", redact(url)))?;
+    Ok(conn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_never_reach_logs() {
+        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(
+            redact("rediss://app:s3cret@redis:6380/0"),
+            "rediss://app:***@redis:6380/0"
+        );
+        assert_eq!(redact("redis://:pw@h"), "redis://:***@h");
+    }
+}

@@ -1,0 +1,359 @@
+//! The runner of one job: while this node leads, it completes the job's due periods.
+//!
+//! For each due period (the schedule's current period, and periods requested with
+//! `leasehold trigger`) the runner reads the period's run record: `done` and `failed` are final
+//! and skipped; `running` or `waiting` resume from the saved step and checkpoint; no record
+//! starts a run at step 0. Before every step it checks the term ([`Term::still_leader`]); after
+//! every step it saves the record and the checkpoint in one fenced write. A step is stopped as
+//! soon as the term ends (see [`crate::runtime`]), and nothing is written after that: the next
+//! leader resumes from the last checkpoint (I5).
+//!
+//! On shutdown the running step is dropped (which stops the guest) before the elector releases
+//! the lease (I7).
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{SecondsFormat, Utc};
+use redis::aio::ConnectionManager;
+use tokio::sync::watch;
+use tracing::{error, info, warn};
+
+use crate::config::{Timing, show};
+use crate::elector::Role;
+use crate::fence::{self, FenceError};
+use crate::keys::JobKeys;
+use crate::runs::{self, RunRecord, RunStatus};
+use crate::runtime::{LoadedJob, RunInfo, Runtime, StepContext, StepError, StepOutcome};
+use crate::spec::Period;
+use crate::term::Term;
+
+/// How long a period whose inputs are not ready waits before its step is tried again.
+pub const NOT_READY_RETRY: Duration = Duration::from_secs(30);
+/// How long after a Redis error the runner tries again.
+const ERROR_RETRY: Duration = Duration::from_secs(1);
+
+/// Everything one job's runner needs.
+pub struct Runner {
+    /// The component and its spec.
+    pub job: Arc<LoadedJob>,
+    /// The engine.
+    pub runtime: Runtime,
+    /// Connection for run records, guest reads and fenced writes.
+    pub conn: ConnectionManager,
+    /// This node's id.
+    pub node: String,
+    /// Lease timings (for the Redis timeout and the poll interval).
+    pub timing: Timing,
+    /// `<data-dir>/<job>/` when it exists.
+    pub data_dir: Option<PathBuf>,
+}
+
+/// How a period's run ended on this node.
+enum RunEnd {
+    /// Done (now or earlier).
+    Done,
+    /// Failed (now or earlier).
+    Failed,
+    /// Waiting for inputs; try again after the delay.
+    Waiting,
+    /// The term ended; stop leading.
+    Lost,
+    /// A Redis error interrupted the run; it resumes from its last checkpoint.
+    Interrupted(String),
+}
+
+impl Runner {
+    fn keys(&self) -> JobKeys {
+        JobKeys::new(&self.job.spec.name)
+    }
+
+    /// Runs the job whenever `role` says this node leads, until `shutdown` turns true.
+    pub async fn run(self, mut role: watch::Receiver<Role>, mut shutdown: watch::Receiver<bool>) {
+        let mut done = HashSet::new();
+        let mut not_before = HashMap::new();
+        loop {
+            let term = loop {
+                if *shutdown.borrow() {
+                    return;
+                }
+                if let Some(t) = role.borrow_and_update().term() {
+                    break t.clone();
+                }
+                tokio::select! {
+                    changed = role.changed() => if changed.is_err() { return },
+                    _ = shutdown.wait_for(|s| *s) => return,
+                }
+            };
+            tokio::select! {
+                _ = self.lead(&term, &mut done, &mut not_before) => {}
+                _ = shutdown.wait_for(|s| *s) => {
+                    info!(job = %self.job.spec.name, node = %self.node, token = term.token(), "shutdown: running step stopped");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Completes due periods while `term` lasts.
+    async fn lead(
+        &self,
+        term: &Term,
+        done: &mut HashSet<String>,
+        not_before: &mut HashMap<String, Instant>,
+    ) {
+        let (job, node, token) = (&self.job.spec.name, &self.node, term.token());
+        let poll = self.timing.heartbeat;
+        while term.still_leader() {
+            let now = Instant::now();
+            let due = match self.due(done).await {
+                Ok(d) => d,
+                Err(e) => {
+                    warn!(job, node, token, "cannot read due periods: {e}");
+                    Vec::new()
+                }
+            };
+            let next = due
+                .into_iter()
+                .find(|p| not_before.get(&p.id).is_none_or(|t| *t <= now));
+            let Some(period) = next else {
+                // Nothing due: wait for the next fire time, a request, or the term's end.
+                let until_fire = self
+                    .job
+                    .spec
+                    .schedule
+                    .next(Utc::now())
+                    .and_then(|p| (p.fire.with_timezone(&Utc) - Utc::now()).to_std().ok())
+                    .unwrap_or(poll);
+                tokio::select! {
+                    _ = tokio::time::sleep(until_fire.min(poll)) => {}
+                    _ = term.ended() => {}
+                }
+                continue;
+            };
+            match self.run_period(term, &period).await {
+                RunEnd::Done | RunEnd::Failed => {
+                    done.insert(period.id.clone());
+                    not_before.remove(&period.id);
+                    if let Err(e) = runs::clear_request(&mut self.conn.clone(), &self.keys(), &period.id).await {
+                        warn!(job, node, token, period = %period.id, "cannot clear the run request: {e}");
+                    }
+                }
+                RunEnd::Waiting => {
+                    not_before.insert(period.id.clone(), Instant::now() + NOT_READY_RETRY);
+                }
+                RunEnd::Lost => return,
+                RunEnd::Interrupted(why) => {
+                    warn!(job, node, token, period = %period.id, "run interrupted, resuming from its checkpoint: {why}");
+                    not_before.insert(period.id.clone(), Instant::now() + ERROR_RETRY);
+                }
+            }
+        }
+    }
+
+    /// Periods that may need work, in id order: the schedule's current period and requested
+    /// periods, minus those known to be finished.
+    async fn due(&self, done: &HashSet<String>) -> anyhow::Result<Vec<Period>> {
+        let keys = self.keys();
+        let schedule = &self.job.spec.schedule;
+        let mut due: Vec<Period> = schedule.current(Utc::now()).into_iter().collect();
+        let requested = tokio::time::timeout(
+            self.timing.redis_timeout,
+            runs::requests(&mut self.conn.clone(), &keys),
+        )
+        .await
+        .map_err(|_| anyhow::anyhow!("no reply from redis within {}", show(self.timing.redis_timeout)))??;
+        for id in requested {
+            match schedule.period_by_id(&id) {
+                Some(p) => due.push(p),
+                None => {
+                    warn!(job = %self.job.spec.name, node = %self.node, period = %id, "requested period is not a period of schedule {:?} ({}); request dropped", schedule.expr(), schedule.tz());
+                    runs::clear_request(&mut self.conn.clone(), &keys, &id).await?;
+                }
+            }
+        }
+        due.retain(|p| !done.contains(&p.id));
+        due.sort_by(|a, b| a.id.cmp(&b.id));
+        due.dedup_by(|a, b| a.id == b.id);
+        Ok(due)
+    }
+
+    /// Runs (or resumes) one period until it is done, fails, waits, or the term ends.
+    async fn run_period(&self, term: &Term, period: &Period) -> RunEnd {
+        let keys = self.keys();
+        let (job, node, token) = (&self.job.spec.name, &self.node, term.token());
+        let mut conn = self.conn.clone();
+        let timeout = self.timing.redis_timeout;
+        let existing = match tokio::time::timeout(timeout, runs::read(&mut conn, &keys, &period.id)).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => return RunEnd::Interrupted(e.to_string()),
+            Err(_) => return RunEnd::Interrupted(format!("no reply from redis within {}", show(timeout))),
+        };
+        let now = now_rfc3339();
+        let mut record = match existing {
+            Some(r) if r.status == RunStatus::Done => return RunEnd::Done,
+            Some(r) if r.status == RunStatus::Failed => return RunEnd::Failed,
+            Some(r) => r,
+            None => RunRecord {
+                period: period.id.clone(),
+                scheduled_at: period.fire.to_rfc3339(),
+                status: RunStatus::Running,
+                step: 0,
+                attempt: 1,
+                token,
+                node: node.clone(),
+                component: self.job.hash.clone(),
+                started_at: now.clone(),
+                updated_at: now,
+                finished_at: None,
+                error: None,
+            },
+        };
+        let mut state = if record.step == 0 {
+            None
+        } else {
+            match tokio::time::timeout(timeout, runs::read_checkpoint(&mut conn, &keys, &period.id)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => return RunEnd::Interrupted(e.to_string()),
+                Err(_) => return RunEnd::Interrupted(format!("no reply from redis within {}", show(timeout))),
+            }
+        };
+        if record.status == RunStatus::Running && record.token != token {
+            info!(job, node, token, period = %period.id, step = record.step, previous_token = record.token, previous_node = %record.node, "resuming run from its checkpoint");
+        } else if record.step == 0 && record.status == RunStatus::Running {
+            info!(job, node, token, period = %period.id, "starting run");
+        }
+        record.status = RunStatus::Running;
+        record.error = None;
+        if let Err(end) = self.save(term, &mut record, None).await {
+            return end;
+        }
+        let run = RunInfo {
+            period: period.id.clone(),
+            scheduled_at: record.scheduled_at.clone(),
+            attempt: record.attempt,
+        };
+        loop {
+            if !term.still_leader() {
+                return RunEnd::Lost;
+            }
+            let ctx = StepContext {
+                job: job.clone(),
+                node: node.clone(),
+                keys: keys.clone(),
+                term: term.clone(),
+                conn: self.conn.clone(),
+                redis_timeout: timeout,
+                data_dir: self.data_dir.clone(),
+            };
+            let started = Instant::now();
+            let outcome = self
+                .runtime
+                .run_step(&self.job, ctx, &run, record.step, state.as_deref())
+                .await;
+            let took = started.elapsed();
+            match outcome {
+                Ok(StepOutcome::Continue(next)) => {
+                    info!(job, node, token, period = %period.id, step = record.step, took = %show(round_ms(took)), "step done");
+                    record.step += 1;
+                    if let Err(end) = self.save(term, &mut record, Some(&next)).await {
+                        return end;
+                    }
+                    state = Some(next);
+                }
+                Ok(StepOutcome::Done) => {
+                    record.step += 1;
+                    record.status = RunStatus::Done;
+                    record.finished_at = Some(now_rfc3339());
+                    if let Err(end) = self.save(term, &mut record, None).await {
+                        return end;
+                    }
+                    info!(job, node, token, period = %period.id, steps = record.step, "run done");
+                    return RunEnd::Done;
+                }
+                Err(StepError::NotReady(why)) => {
+                    info!(job, node, token, period = %period.id, step = record.step, "inputs not ready, trying again in {}: {why}", show(NOT_READY_RETRY));
+                    record.status = RunStatus::Waiting;
+                    record.error = Some(why);
+                    return match self.save(term, &mut record, None).await {
+                        Ok(()) => RunEnd::Waiting,
+                        Err(end) => end,
+                    };
+                }
+                Err(StepError::LostLeadership(why)) => {
+                    warn!(job, node, token, period = %period.id, step = record.step, "step abandoned: leadership lost{}", why.map(|w| format!(" ({w})")).unwrap_or_default());
+                    return RunEnd::Lost;
+                }
+                Err(e) if !term.still_leader() => {
+                    warn!(job, node, token, period = %period.id, step = record.step, "step abandoned after the term ended: {e}");
+                    return RunEnd::Lost;
+                }
+                Err(e) => {
+                    error!(job, node, token, period = %period.id, step = record.step, "run failed: {e}");
+                    record.status = RunStatus::Failed;
+                    record.error = Some(e.to_string());
+                    record.finished_at = Some(now_rfc3339());
+                    return match self.save(term, &mut record, None).await {
+                        Ok(()) => RunEnd::Failed,
+                        Err(end) => end,
+                    };
+                }
+            }
+        }
+    }
+
+    /// Saves the record (and the checkpoint, when given) in one fenced write. A finished run's
+    /// checkpoint is deleted in the same write.
+    async fn save(
+        &self,
+        term: &Term,
+        record: &mut RunRecord,
+        checkpoint: Option<&[u8]>,
+    ) -> Result<(), RunEnd> {
+        let keys = self.keys();
+        record.token = term.token();
+        record.node = self.node.clone();
+        record.component = self.job.hash.clone();
+        record.updated_at = now_rfc3339();
+        let json = serde_json::to_vec(&record).expect("run records serialize");
+        let mut sets = vec![(keys.run(&record.period), json.as_slice())];
+        if let Some(c) = checkpoint {
+            sets.push((keys.checkpoint(&record.period), c));
+        }
+        let finished = matches!(record.status, RunStatus::Done | RunStatus::Failed);
+        let deletes = if finished {
+            vec![keys.checkpoint(&record.period)]
+        } else {
+            vec![]
+        };
+        if !term.still_leader() {
+            return Err(RunEnd::Lost);
+        }
+        let timeout = self.timing.redis_timeout;
+        let res = tokio::time::timeout(
+            timeout,
+            fence::write_and_delete(&mut self.conn.clone(), &keys, term.owner(), term.token(), &sets, &deletes),
+        )
+        .await;
+        match res {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(FenceError::Refused(r))) => {
+                warn!(job = %self.job.spec.name, node = %self.node, token = term.token(), period = %record.period, "run record write refused: {r}; stepping down");
+                term.end();
+                Err(RunEnd::Lost)
+            }
+            Ok(Err(FenceError::Redis(e))) => Err(RunEnd::Interrupted(e.to_string())),
+            Err(_) => Err(RunEnd::Interrupted(format!("no reply from redis within {}", show(timeout)))),
+        }
+    }
+}
+
+fn now_rfc3339() -> String {
+    Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+fn round_ms(d: Duration) -> Duration {
+    Duration::from_millis(d.as_millis() as u64)
+}

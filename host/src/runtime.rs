@@ -1,0 +1,534 @@
+//! The WebAssembly runtime: one narrow wrapper that fixes every engine choice.
+//!
+//! * One [`Engine`] per process: component model, async calls, epoch interruption driven by a
+//!   10 ms ticker thread. Every [`Store`] gets an epoch deadline, so no guest runs unchecked.
+//! * Components are compiled once and pre-instantiated ([`bindings::JobPre`]): the import and
+//!   export types are checked at load time, and a run pays only for instantiation.
+//! * A **fresh store per step**, with [`StoreLimits`] (memory, instances, tables) and the job's
+//!   step deadline; a store is dropped after every step, so a trap or an interruption can never
+//!   leave a half-run instance behind.
+//! * WASI p2 with no network (the default `WasiCtx` denies sockets and name lookup), no
+//!   environment, no arguments, stdout discarded, stderr captured into the host's log, and at
+//!   most one preopen: `<data-dir>/<job>/`, read-only, at `/data`.
+//! * The guest's only effects are the host imports of the `job` world (`wit/job.wit`): the
+//!   `term` capability, the fenced `store`, and `log`. No import takes or returns a token.
+//!
+//! A running step stops when its term ends ([`Term::still_leader`] turns false, checked on every
+//! epoch tick and by the caller's `select!` for time spent inside host imports) or when it
+//! exceeds its time limit.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use sha2::{Digest, Sha256};
+use tracing::{Level, debug, warn};
+use wasmtime::component::{Component, HasSelf, Linker, Resource, ResourceTable};
+use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
+
+use crate::fence::{self, FenceError, Refusal};
+use crate::keys::JobKeys;
+use crate::spec::{HostLimits, JobSpec, Limits};
+use crate::term::Term;
+
+/// Generated bindings for the `job` world.
+pub mod bindings {
+    wasmtime::component::bindgen!({
+        world: "job",
+        path: "../wit",
+        imports: { default: async | trappable },
+        exports: { default: async },
+        with: { "leasehold:job/leadership.term": crate::term::Term },
+    });
+}
+
+use bindings::leasehold::job::{leadership, log as guest_log, store, types};
+pub use types::{JobError, RunInfo, StepOutcome};
+
+/// How often the epoch advances; the granularity of step interruption.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+/// Most bytes of a guest's stderr kept per step.
+const STDERR_CAPACITY: usize = 64 * 1024;
+/// Most log lines a guest may write per step; later lines are counted and dropped.
+const LOG_LINES_PER_STEP: u32 = 200;
+/// Longest log line kept, in bytes.
+const LOG_LINE_MAX: usize = 4096;
+/// Longest key a guest may use, in bytes.
+pub const KEY_MAX: usize = 256;
+
+/// The process's WebAssembly engine and linker.
+#[derive(Clone)]
+pub struct Runtime {
+    engine: Engine,
+    linker: Arc<Linker<HostState>>,
+    host_limits: HostLimits,
+}
+
+/// A compiled, type-checked, described job component.
+#[derive(Clone)]
+pub struct LoadedJob {
+    /// The validated spec from `describe()`.
+    pub spec: JobSpec,
+    /// `sha256:` of the component's bytes: names the version in run records.
+    pub hash: String,
+    /// Where it was loaded from.
+    pub path: PathBuf,
+    pre: bindings::JobPre<HostState>,
+}
+
+/// Why a component could not be loaded. The message names the file and the reason.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {reason}")]
+pub struct LoadError {
+    /// The file.
+    pub path: PathBuf,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// What ended a step that did not return normally.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StepError {
+    /// The guest returned `job-error.failed`.
+    #[error("job failed: {0}")]
+    Failed(String),
+    /// The guest returned `job-error.not-ready`.
+    #[error("inputs not ready: {0}")]
+    NotReady(String),
+    /// The term ended (deadline, lost lease, or a refused write) before or during the step.
+    #[error("leadership lost{}", .0.as_ref().map(|r| format!(" ({r})")).unwrap_or_default())]
+    LostLeadership(Option<String>),
+    /// The step ran longer than the job's step time limit.
+    #[error("step exceeded its time limit of {0}")]
+    Timeout(String),
+    /// The guest trapped (panic, unreachable, memory limit, stack overflow, ...).
+    #[error("guest trapped: {0}")]
+    Trap(String),
+}
+
+/// Everything a step's host imports need. Absent while `describe()` runs.
+pub struct StepContext {
+    /// Job name (log field).
+    pub job: String,
+    /// Node id (log field).
+    pub node: String,
+    /// The job's keys.
+    pub keys: JobKeys,
+    /// The term the step runs in.
+    pub term: Term,
+    /// Connection for guest reads and fenced writes.
+    pub conn: redis::aio::ConnectionManager,
+    /// Bound on each Redis call.
+    pub redis_timeout: Duration,
+    /// `<data-dir>/<job>/`, preopened read-only at `/data` when it exists.
+    pub data_dir: Option<PathBuf>,
+}
+
+/// The data of every store: WASI state, resources, limits and the step's context.
+pub struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limits: StoreLimits,
+    step: Option<StepContext>,
+    max_write: u64,
+    deadline: Instant,
+    interrupt: Option<StepError>,
+    refusal: Option<Refusal>,
+    log_lines: u32,
+    log_dropped: u32,
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// Checks a guest key (see `wit/job.wit`, interface `store`).
+pub fn validate_key(key: &str) -> Result<(), String> {
+    if key.is_empty() {
+        return Err("key is empty".into());
+    }
+    if key.len() > KEY_MAX {
+        return Err(format!("key is {} bytes, more than {KEY_MAX}", key.len()));
+    }
+    if let Some(b) = key.bytes().find(|b| !(b'!'..=b'~').contains(b)) {
+        return Err(format!(
+            "key contains byte 0x{b:02x}; only printable ASCII without spaces is allowed"
+        ));
+    }
+    if key.starts_with('/') {
+        return Err("key starts with '/'".into());
+    }
+    if key.split('/').any(|seg| seg == "..") {
+        return Err("key contains a '..' segment".into());
+    }
+    Ok(())
+}
+
+impl HostState {
+    fn new(limits: &Limits, step: Option<StepContext>) -> anyhow::Result<(Self, MemoryOutputPipe)> {
+        let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
+        let mut wasi = WasiCtx::builder();
+        wasi.stderr(stderr.clone());
+        if let Some(dir) = step.as_ref().and_then(|s| s.data_dir.as_ref()) {
+            wasi.preopened_dir(dir, "/data", FsPerms::ReadOnly)
+                .map_err(|e| anyhow::anyhow!("cannot open data directory {}: {e}", dir.display()))?;
+        }
+        let state = HostState {
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            limits: StoreLimitsBuilder::new()
+                .memory_size(limits.memory as usize)
+                .instances(16)
+                .tables(16)
+                .memories(16)
+                .trap_on_grow_failure(true)
+                .build(),
+            step,
+            max_write: limits.write_bytes,
+            deadline: Instant::now() + limits.step_time,
+            interrupt: None,
+            refusal: None,
+            log_lines: 0,
+            log_dropped: 0,
+        };
+        Ok((state, stderr))
+    }
+
+    fn step(&mut self) -> wasmtime::Result<&mut StepContext> {
+        self.step
+            .as_mut()
+            .ok_or_else(|| wasmtime::format_err!("describe() must not call host imports"))
+    }
+}
+
+impl types::Host for HostState {}
+
+impl leadership::Host for HostState {}
+
+impl leadership::HostTerm for HostState {
+    async fn still_leader(&mut self, term: Resource<Term>) -> wasmtime::Result<bool> {
+        Ok(self.table.get(&term)?.still_leader())
+    }
+
+    async fn token(&mut self, term: Resource<Term>) -> wasmtime::Result<u64> {
+        Ok(self.table.get(&term)?.token())
+    }
+
+    async fn drop(&mut self, term: Resource<Term>) -> wasmtime::Result<()> {
+        self.table.delete(term)?;
+        Ok(())
+    }
+}
+
+impl store::Host for HostState {
+    async fn write(
+        &mut self,
+        key: String,
+        value: Vec<u8>,
+    ) -> wasmtime::Result<Result<(), store::WriteError>> {
+        let max_write = self.max_write;
+        let ctx = self.step()?;
+        if let Err(reason) = validate_key(&key) {
+            return Ok(Err(store::WriteError::InvalidKey(reason)));
+        }
+        if value.len() as u64 > max_write {
+            return Ok(Err(store::WriteError::TooLarge(max_write)));
+        }
+        if !ctx.term.still_leader() {
+            return Ok(Err(store::WriteError::NotLeader));
+        }
+        let full = ctx.keys.data(&key);
+        let (owner, token) = (ctx.term.owner().to_string(), ctx.term.token());
+        let res = tokio::time::timeout(
+            ctx.redis_timeout,
+            fence::write(&mut ctx.conn, &ctx.keys, &owner, token, &[(full, &value)]),
+        )
+        .await;
+        match res {
+            Ok(Ok(())) => Ok(Ok(())),
+            Ok(Err(FenceError::Refused(refusal))) => {
+                warn!(job = %ctx.job, node = %ctx.node, token, key = %key, "write refused: {refusal}; stepping down");
+                ctx.term.end();
+                let text = refusal.to_string();
+                self.refusal = Some(refusal);
+                Ok(Err(store::WriteError::Fenced(text)))
+            }
+            Ok(Err(FenceError::Redis(e))) => Ok(Err(store::WriteError::Unavailable(e.to_string()))),
+            Err(_) => Ok(Err(store::WriteError::Unavailable(format!(
+                "no reply from redis within {}",
+                crate::config::show(ctx.redis_timeout)
+            )))),
+        }
+    }
+
+    async fn read(
+        &mut self,
+        key: String,
+    ) -> wasmtime::Result<Result<Option<Vec<u8>>, store::ReadError>> {
+        let ctx = self.step()?;
+        if let Err(reason) = validate_key(&key) {
+            return Ok(Err(store::ReadError::InvalidKey(reason)));
+        }
+        let cmd = redis::cmd("GET").arg(ctx.keys.data(&key)).clone();
+        let res = tokio::time::timeout(ctx.redis_timeout, cmd.query_async::<Option<Vec<u8>>>(&mut ctx.conn)).await;
+        Ok(match res {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(store::ReadError::Unavailable(e.to_string())),
+            Err(_) => Err(store::ReadError::Unavailable(format!(
+                "no reply from redis within {}",
+                crate::config::show(ctx.redis_timeout)
+            ))),
+        })
+    }
+}
+
+impl guest_log::Host for HostState {
+    async fn write(&mut self, level: guest_log::Level, message: String) -> wasmtime::Result<()> {
+        if self.log_lines >= LOG_LINES_PER_STEP {
+            self.log_dropped += 1;
+            return Ok(());
+        }
+        self.log_lines += 1;
+        let mut message = message;
+        if message.len() > LOG_LINE_MAX {
+            let mut cut = LOG_LINE_MAX;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+            message.push_str(" [cut]");
+        }
+        let (job, node, token) = match &self.step {
+            Some(s) => (s.job.as_str(), s.node.as_str(), s.term.token()),
+            None => ("?", "?", 0),
+        };
+        match level {
+            guest_log::Level::Debug => tracing::debug!(job, node, token, guest = true, "{message}"),
+            guest_log::Level::Info => tracing::info!(job, node, token, guest = true, "{message}"),
+            guest_log::Level::Warn => tracing::warn!(job, node, token, guest = true, "{message}"),
+            guest_log::Level::Error => tracing::error!(job, node, token, guest = true, "{message}"),
+        }
+        Ok(())
+    }
+}
+
+impl Runtime {
+    /// Builds the engine and linker and starts the epoch ticker.
+    pub fn new(host_limits: HostLimits) -> anyhow::Result<Self> {
+        let mut config = Config::new();
+        config.epoch_interruption(true);
+        config.wasm_component_model(true);
+        let engine = Engine::new(&config)
+            .map_err(|e| anyhow::anyhow!("creating the wasm engine: {e}"))?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .map_err(|e| anyhow::anyhow!("linking WASI: {e}"))?;
+        bindings::Job::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
+            .map_err(|e| anyhow::anyhow!("linking the job world: {e}"))?;
+        let weak = engine.weak();
+        std::thread::Builder::new()
+            .name("epoch-ticker".into())
+            .spawn(move || {
+                while let Some(engine) = weak.upgrade() {
+                    engine.increment_epoch();
+                    drop(engine);
+                    std::thread::sleep(EPOCH_TICK);
+                }
+            })
+            .context("starting the epoch ticker")?;
+        Ok(Runtime {
+            engine,
+            linker: Arc::new(linker),
+            host_limits,
+        })
+    }
+
+    /// Reads, compiles, type-checks and describes a component. Compilation runs on a blocking
+    /// thread.
+    pub async fn load(&self, path: &Path) -> Result<LoadedJob, LoadError> {
+        let fail = |reason: String| LoadError {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let bytes = tokio::fs::read(path)
+            .await
+            .map_err(|e| fail(format!("cannot read: {e}")))?;
+        if !bytes.starts_with(b"\0asm") {
+            return Err(fail("not a WebAssembly file (no \\0asm header)".into()));
+        }
+        if bytes.get(4..8) == Some(&[1, 0, 0, 0]) {
+            return Err(fail(
+                "a core WebAssembly module, not a component: build the job with --target wasm32-wasip2".into(),
+            ));
+        }
+        let hash = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
+        let engine = self.engine.clone();
+        let component = tokio::task::spawn_blocking(move || Component::new(&engine, &bytes))
+            .await
+            .map_err(|e| fail(format!("compiler task failed: {e}")))?
+            .map_err(|e| fail(format!("not a valid component: {e}")))?;
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| fail(format!("needs an import the host does not offer: {e}")))?;
+        let pre = bindings::JobPre::new(pre)
+            .map_err(|e| fail(format!("does not implement the leasehold:job/job world: {e}")))?;
+        let spec = self
+            .describe(&pre)
+            .await
+            .map_err(|e| fail(format!("describe() failed: {e}")))?;
+        let spec = JobSpec::new(
+            &spec.name,
+            &spec.schedule,
+            &spec.time_zone,
+            Limits {
+                memory: spec.limits.max_memory_bytes,
+                step_time: Duration::from_millis(spec.limits.max_step_millis),
+                write_bytes: spec.limits.max_write_bytes,
+            },
+            &self.host_limits,
+        )
+        .map_err(|e| fail(e.to_string()))?;
+        Ok(LoadedJob {
+            spec,
+            hash,
+            path: path.to_path_buf(),
+            pre,
+        })
+    }
+
+    async fn describe(&self, pre: &bindings::JobPre<HostState>) -> anyhow::Result<types::JobSpec> {
+        let limits = Limits {
+            memory: self.host_limits.memory.0,
+            step_time: Duration::from_secs(5),
+            write_bytes: 0,
+        };
+        let (state, _stderr) = HostState::new(&limits, None)?;
+        let mut store = self.store(state);
+        let call = async {
+            let job = pre.instantiate_async(&mut store).await?;
+            job.call_describe(&mut store).await
+        };
+        match tokio::time::timeout(limits.step_time, call).await {
+            Ok(r) => Ok(r?),
+            Err(_) => anyhow::bail!("did not return within {}", crate::config::show(limits.step_time)),
+        }
+    }
+
+    fn store(&self, state: HostState) -> Store<HostState> {
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limits);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|mut ctx| {
+            let st = ctx.data_mut();
+            if let Some(step) = &st.step
+                && !step.term.still_leader()
+            {
+                st.interrupt = Some(StepError::LostLeadership(None));
+                wasmtime::bail!("interrupted: leadership lost");
+            }
+            if Instant::now() >= st.deadline {
+                st.interrupt = Some(StepError::Timeout(String::new()));
+                wasmtime::bail!("interrupted: step time limit reached");
+            }
+            Ok(UpdateDeadline::Yield(1))
+        });
+        store
+    }
+
+    /// Runs one step of `job` in a fresh store. Never panics on guest misbehaviour: every way a
+    /// step can end is a value.
+    pub async fn run_step(
+        &self,
+        job: &LoadedJob,
+        ctx: StepContext,
+        run: &RunInfo,
+        step: u32,
+        state: Option<&[u8]>,
+    ) -> Result<StepOutcome, StepError> {
+        let term = ctx.term.clone();
+        let (job_name, node) = (ctx.job.clone(), ctx.node.clone());
+        let limits = job.spec.limits;
+        let (host_state, stderr) =
+            HostState::new(&limits, Some(ctx)).map_err(|e| StepError::Trap(e.to_string()))?;
+        let mut store = self.store(host_state);
+        let hard_deadline = Instant::now() + limits.step_time + EPOCH_TICK * 5;
+        let result = {
+            let call = async {
+                let instance = job.pre.instantiate_async(&mut store).await?;
+                let res = store.data_mut().table.push(term.clone())?;
+                instance
+                    .call_run_step(&mut store, res, run, step, state)
+                    .await
+            };
+            tokio::select! {
+                r = call => Some(r),
+                _ = term.ended() => None,
+                _ = tokio::time::sleep_until(hard_deadline.into()) => None,
+            }
+        };
+        let data = store.data();
+        let outcome = match result {
+            Some(Ok(Ok(outcome))) => Ok(outcome),
+            Some(Ok(Err(JobError::Failed(m)))) => Err(StepError::Failed(m)),
+            Some(Ok(Err(JobError::NotReady(m)))) => Err(StepError::NotReady(m)),
+            Some(Ok(Err(JobError::LostLeadership))) => Err(StepError::LostLeadership(
+                data.refusal.as_ref().map(|r| r.to_string()),
+            )),
+            Some(Err(trap)) => Err(match &data.interrupt {
+                Some(StepError::Timeout(_)) => {
+                    StepError::Timeout(crate::config::show(limits.step_time))
+                }
+                Some(i) => i.clone(),
+                None => StepError::Trap(trap_message(&trap)),
+            }),
+            None if !term.still_leader() => Err(StepError::LostLeadership(
+                data.refusal.as_ref().map(|r| r.to_string()),
+            )),
+            None => Err(StepError::Timeout(crate::config::show(limits.step_time))),
+        };
+        if data.log_dropped > 0 {
+            warn!(job = %job_name, node = %node, token = term.token(), dropped = data.log_dropped, "guest log lines dropped (more than {LOG_LINES_PER_STEP} in one step)");
+        }
+        let err_bytes = stderr.contents();
+        for line in String::from_utf8_lossy(&err_bytes).lines().filter(|l| !l.trim().is_empty()) {
+            tracing::event!(Level::WARN, job = %job_name, node = %node, token = term.token(), stderr = true, "guest: {line}");
+        }
+        debug!(job = %job_name, node = %node, token = term.token(), step, "step finished");
+        outcome
+    }
+}
+
+fn trap_message(e: &wasmtime::Error) -> String {
+    let mut msg = e.to_string();
+    if let Some(trap) = e.downcast_ref::<wasmtime::Trap>() {
+        let t = trap.to_string();
+        if !msg.contains(&t) {
+            msg = format!("{msg}: {t}");
+        }
+    }
+    msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::validate_key;
+
+    #[test]
+    fn keys_outside_the_namespace_are_refused() {
+        assert!(validate_key("report/2026-11-27").is_ok());
+        for bad in ["", "../x", "a/../b", "/abs", "a b", "nul\0", "é"] {
+            assert!(validate_key(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(validate_key(&"k".repeat(257)).is_err());
+        assert!(validate_key(&"k".repeat(256)).is_ok());
+    }
+}

@@ -1,0 +1,185 @@
+//! A term: one stretch of leadership of one job, with its fencing token and its local deadline.
+//!
+//! **Clock model.** All deadlines are on this process's monotonic clock ([`Instant`]). A term's
+//! deadline is `t_sent + lease_ttl − margin`, where `t_sent` is when the acquire or renew that
+//! succeeded was *sent* (I3). Redis expires the lease on its own clock no earlier than
+//! `t_received + lease_ttl ≥ t_sent + lease_ttl`; as long as the two clocks' rates differ by less
+//! than `margin / lease_ttl`, this node stops acting before Redis could grant the lease to anyone
+//! else. Wall-clock jumps on either side are not covered by this argument; the fence is the
+//! backstop for them (a write of an older term is refused in Redis whatever the clocks say).
+//!
+//! [`Term::still_leader`] reads an atomic and the monotonic clock: no lock, no round trip.
+//! Once a term has ended it never becomes valid again.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+fn base() -> Instant {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}
+
+/// Nanoseconds since the process's clock base; never 0 for a real instant after the base.
+fn nanos(at: Instant) -> u64 {
+    at.saturating_duration_since(base()).as_nanos() as u64 + 1
+}
+
+fn instant(nanos: u64) -> Instant {
+    base() + Duration::from_nanos(nanos.saturating_sub(1))
+}
+
+/// One term of leadership. Cloning shares the term: ending one clone ends them all.
+#[derive(Clone, Debug)]
+pub struct Term {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    token: u64,
+    owner: String,
+    /// Local deadline in [`nanos`]; 0 once the term has ended.
+    deadline: AtomicU64,
+    ended: watch::Sender<bool>,
+}
+
+impl Term {
+    /// A term with `token`, held by lease owner `owner`, valid until `deadline`.
+    pub fn new(token: u64, owner: String, deadline: Instant) -> Self {
+        base();
+        Term {
+            inner: Arc::new(Inner {
+                token,
+                owner,
+                deadline: AtomicU64::new(nanos(deadline)),
+                ended: watch::Sender::new(false),
+            }),
+        }
+    }
+
+    /// The term's fencing token.
+    pub fn token(&self) -> u64 {
+        self.inner.token
+    }
+
+    /// The lease owner value of this term (`node-id:uuid`).
+    pub fn owner(&self) -> &str {
+        &self.inner.owner
+    }
+
+    /// True while the local deadline has not passed and the term has not been ended.
+    pub fn still_leader(&self) -> bool {
+        let d = self.inner.deadline.load(Ordering::Acquire);
+        d != 0 && nanos(Instant::now()) < d
+    }
+
+    /// The local deadline, or `None` once the term has ended.
+    pub fn deadline(&self) -> Option<Instant> {
+        match self.inner.deadline.load(Ordering::Acquire) {
+            0 => None,
+            d => Some(instant(d)),
+        }
+    }
+
+    /// Time left before the local deadline (zero once ended or expired).
+    pub fn time_left(&self) -> Duration {
+        self.deadline()
+            .map(|d| d.saturating_duration_since(Instant::now()))
+            .unwrap_or_default()
+    }
+
+    /// Moves the deadline later after a successful renewal. Never moves it earlier, and never
+    /// revives a term that has ended or whose deadline has passed.
+    pub fn extend(&self, deadline: Instant) {
+        let new = nanos(deadline);
+        let now = nanos(Instant::now());
+        let _ = self
+            .inner
+            .deadline
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+                (cur != 0 && cur > now && new > cur).then_some(new)
+            });
+    }
+
+    /// Ends the term now. Idempotent.
+    pub fn end(&self) {
+        self.inner.deadline.store(0, Ordering::Release);
+        self.inner.ended.send_replace(true);
+    }
+
+    /// Resolves once the term has ended, by [`Term::end`] or by its deadline passing.
+    pub async fn ended(&self) {
+        let mut rx = self.inner.ended.subscribe();
+        loop {
+            let Some(deadline) = self.deadline() else {
+                return;
+            };
+            if Instant::now() >= deadline {
+                return;
+            }
+            tokio::select! {
+                _ = rx.changed() => {}
+                _ = tokio::time::sleep_until(deadline.into()) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_term_is_valid_until_its_deadline() {
+        let t = Term::new(7, "n:1".into(), Instant::now() + Duration::from_secs(5));
+        assert!(t.still_leader());
+        assert_eq!(t.token(), 7);
+        let expired = Term::new(8, "n:2".into(), Instant::now() - Duration::from_millis(1));
+        assert!(!expired.still_leader());
+    }
+
+    #[test]
+    fn extend_moves_forward_only_and_never_revives() {
+        let now = Instant::now();
+        let t = Term::new(1, "n:1".into(), now + Duration::from_secs(5));
+        t.extend(now + Duration::from_secs(2));
+        assert!(t.deadline().unwrap() >= now + Duration::from_secs(5) - Duration::from_micros(1));
+        t.extend(now + Duration::from_secs(9));
+        assert!(t.deadline().unwrap() >= now + Duration::from_secs(9) - Duration::from_micros(1));
+        t.end();
+        t.extend(now + Duration::from_secs(20));
+        assert!(!t.still_leader());
+        assert_eq!(t.deadline(), None);
+    }
+
+    #[tokio::test]
+    async fn ended_resolves_at_the_deadline() {
+        let t = Term::new(1, "n:1".into(), Instant::now() + Duration::from_millis(300));
+        let waiter = tokio::spawn({
+            let t = t.clone();
+            async move { t.ended().await }
+        });
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("term did not end")
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn ended_resolves_when_ended_explicitly() {
+        let t = Term::new(1, "n:1".into(), Instant::now() + Duration::from_secs(60));
+        let waiter = tokio::spawn({
+            let t = t.clone();
+            async move { t.ended().await }
+        });
+        t.end();
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("term did not end")
+            .unwrap();
+        assert!(!t.still_leader());
+    }
+}
