@@ -1,1 +1,27 @@
+//! Integration tests: a real `redis-server` (started per test on a free port) and, where a
+//! test says so, real `leasehold` processes. One test binary; the modules below are its index.
+//!
+//! Every test has a whole-test deadline ([`harness::deadline`]) and waits on conditions
+//! ([`harness::wait_for`]), never on fixed sleeps.
 
+// Shared helpers: Redis server, guest builds, host processes, waiting.
+mod harness;
+
+// The lease scripts: a table of acquire / renew / release cases.
+mod lease;
+
+// The fence: stale tokens, equal tokens from another holder, term-start fencing, token
+// re-seeding after the counter or the whole database is lost.
+mod fence;
+
+// Start-up configuration errors, through the real binary.
+mod config;
+
+// Guest containment: the only way a guest changes anything is the fenced import.
+mod containment;
+
+// Election between in-process electors: one leader, takeover with a higher token.
+mod election;
+
+// End to end: a `leasehold run` process reconciles the sample day exactly once.
+mod end_to_end;

@@ -1,0 +1,70 @@
+//! Electors as in-process tasks against a real Redis: exactly one leader, and a takeover with
+//! a higher token when the leader's lease expires.
+
+use std::time::Duration;
+
+use leasehold::config::Timing;
+use leasehold::elector::{Elector, Role};
+use leasehold::keys::JobKeys;
+use tokio::sync::watch;
+
+use crate::harness::{RedisServer, deadline, wait_for};
+
+fn leader_token(role: &watch::Receiver<Role>) -> Option<u64> {
+    role.borrow().term().map(|t| t.token())
+}
+
+#[tokio::test]
+async fn one_of_three_leads_and_a_follower_takes_over_with_a_higher_token() {
+    deadline(Duration::from_secs(60), async {
+        let redis = RedisServer::start().await;
+        let timing = Timing::new(Duration::from_millis(600), Duration::from_millis(150), None, None).unwrap();
+        let mut nodes = Vec::new();
+        for i in 0..3 {
+            let conn = redis::aio::ConnectionManager::new(redis.client()).await.unwrap();
+            let (role_tx, role_rx) = watch::channel(Role::Candidate);
+            let (resign_tx, resign_rx) = watch::channel(false);
+            let elector = Elector { job: "recon".into(), node: format!("n{i}"), timing, keys: JobKeys::new("recon") };
+            let task = tokio::spawn(elector.run(conn, role_tx, resign_rx));
+            nodes.push((task, role_rx, resign_tx));
+        }
+        let (first, token) = wait_for("a leader", Duration::from_secs(10), || {
+            let found = nodes.iter().enumerate().find_map(|(i, n)| leader_token(&n.1).map(|t| (i, t)));
+            async move { found }
+        })
+        .await;
+        // Followers see the leader; nobody else leads.
+        wait_for("two followers", Duration::from_secs(10), || {
+            let followers = nodes.iter().filter(|n| matches!(&*n.1.borrow(), Role::Follower { leader } if leader.starts_with(&format!("n{first}:")))).count();
+            async move { (followers == 2).then_some(()) }
+        })
+        .await;
+        assert_eq!(nodes.iter().filter(|n| leader_token(&n.1).is_some()).count(), 1);
+
+        // Crash the leader (its task stops renewing, nothing is released).
+        let (task, _, _) = &nodes[first];
+        task.abort();
+        let (second, newer) = wait_for("a new leader", Duration::from_secs(10), || {
+            let found = nodes.iter().enumerate().filter(|(i, _)| *i != first).find_map(|(i, n)| leader_token(&n.1).map(|t| (i, t)));
+            async move { found }
+        })
+        .await;
+        assert_ne!(second, first);
+        assert!(newer > token, "new token {newer} must exceed {token}");
+
+        // A clean resignation releases the lease: the third node takes over.
+        nodes[second].2.send_replace(true);
+        let third = wait_for("the third node to lead", Duration::from_secs(10), || {
+            let found = nodes.iter().enumerate().filter(|(i, _)| *i != first && *i != second).find_map(|(i, n)| leader_token(&n.1).map(|t| (i, t)));
+            async move { found }
+        })
+        .await;
+        assert!(third.1 > newer);
+        wait_for("the resigned node to stop", Duration::from_secs(5), || {
+            let stopped = matches!(&*nodes[second].1.borrow(), Role::Stopped);
+            async move { stopped.then_some(()) }
+        })
+        .await;
+    })
+    .await;
+}

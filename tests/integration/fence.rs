@@ -1,0 +1,135 @@
+//! The fence (I1, I2) and token growth (I8), against a real Redis.
+
+use std::time::Duration;
+
+use leasehold::fence::{self, FenceError, Refusal};
+use leasehold::keys::JobKeys;
+use leasehold::lease::{self, Acquired};
+use redis::AsyncCommands;
+use redis::aio::MultiplexedConnection;
+
+use crate::harness::{RedisServer, deadline};
+
+const TTL: Duration = Duration::from_secs(30);
+
+async fn grant(conn: &mut MultiplexedConnection, keys: &JobKeys, owner: &str) -> u64 {
+    match lease::acquire(conn, keys, owner, TTL).await.unwrap() {
+        Acquired::Granted { token } => token,
+        other => panic!("{owner} expected the lease, got {other:?}"),
+    }
+}
+
+/// Ends the current lease the way an expiry would (the key disappears).
+async fn expire(conn: &mut MultiplexedConnection, keys: &JobKeys) {
+    let _: i64 = conn.del(keys.lease()).await.unwrap();
+}
+
+async fn put(conn: &mut MultiplexedConnection, keys: &JobKeys, owner: &str, token: u64, value: &str) -> Result<(), FenceError> {
+    fence::write(conn, keys, owner, token, &[(keys.data("result"), value.as_bytes())]).await
+}
+
+async fn result(conn: &mut MultiplexedConnection, keys: &JobKeys) -> Option<String> {
+    conn.get(keys.data("result")).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_stale_token_is_refused_after_a_newer_term_wrote() {
+    deadline(Duration::from_secs(30), async {
+        let redis = RedisServer::start().await;
+        let mut c = redis.conn().await;
+        let k = JobKeys::new("stale");
+        let t1 = grant(&mut c, &k, "a:1").await;
+        put(&mut c, &k, "a:1", t1, "from a").await.unwrap();
+        expire(&mut c, &k).await;
+        let t2 = grant(&mut c, &k, "b:1").await;
+        assert!(t2 > t1);
+        put(&mut c, &k, "b:1", t2, "from b").await.unwrap();
+        let err = put(&mut c, &k, "a:1", t1, "late a").await.unwrap_err();
+        assert!(matches!(&err, FenceError::Refused(Refusal::Stale { token, fence_token, fence_holder }) if *token == t1 && *fence_token == t2 && fence_holder == "b:1"), "{err}");
+        assert_eq!(result(&mut c, &k).await.as_deref(), Some("from b"));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_fence_is_raised_when_a_term_starts_before_it_writes_anything() {
+    deadline(Duration::from_secs(30), async {
+        let redis = RedisServer::start().await;
+        let mut c = redis.conn().await;
+        let k = JobKeys::new("takeover");
+        let t1 = grant(&mut c, &k, "a:1").await;
+        put(&mut c, &k, "a:1", t1, "partial from a").await.unwrap();
+        expire(&mut c, &k).await;
+        let t2 = grant(&mut c, &k, "b:1").await;
+        // b has written nothing; a wakes up and tries to finish.
+        let err = put(&mut c, &k, "a:1", t1, "final from a").await.unwrap_err();
+        assert!(matches!(&err, FenceError::Refused(Refusal::Stale { fence_token, .. }) if *fence_token == t2), "{err}");
+        assert_eq!(result(&mut c, &k).await.as_deref(), Some("partial from a"));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_equal_token_from_another_holder_is_refused() {
+    deadline(Duration::from_secs(30), async {
+        let redis = RedisServer::start().await;
+        let mut c = redis.conn().await;
+        let k = JobKeys::new("equal");
+        let t = grant(&mut c, &k, "a:1").await;
+        put(&mut c, &k, "a:1", t, "from a").await.unwrap();
+        // A counter that went backwards hands the same token to b, who also holds the lease.
+        let _: () = c.set(k.lease(), "b:1").await.unwrap();
+        let err = put(&mut c, &k, "b:1", t, "from b").await.unwrap_err();
+        assert!(matches!(&err, FenceError::Refused(Refusal::OtherHolder { token, fence_holder }) if *token == t && fence_holder == "a:1"), "{err}");
+        assert_eq!(result(&mut c, &k).await.as_deref(), Some("from a"));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_write_is_refused_once_its_term_no_longer_holds_the_lease() {
+    deadline(Duration::from_secs(30), async {
+        let redis = RedisServer::start().await;
+        let mut c = redis.conn().await;
+        let k = JobKeys::new("lapsed");
+        let t = grant(&mut c, &k, "a:1").await;
+        expire(&mut c, &k).await;
+        // Nobody has taken over: the fence alone would accept t, the lease compare does not.
+        let err = put(&mut c, &k, "a:1", t, "from a").await.unwrap_err();
+        assert!(matches!(&err, FenceError::Refused(Refusal::NotLeaseholder { lease_holder }) if lease_holder.is_empty()), "{err}");
+        assert_eq!(result(&mut c, &k).await, None);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn tokens_keep_growing_when_the_counter_or_everything_is_lost() {
+    deadline(Duration::from_secs(30), async {
+        let redis = RedisServer::start().await;
+        let mut c = redis.conn().await;
+        let k = JobKeys::new("reseed");
+        let mut last = grant(&mut c, &k, "a:1").await;
+        assert!(last < 1 << 53, "token {last} must stay below 2^53");
+        type Loss = fn(&JobKeys) -> redis::Cmd;
+        let losses: &[(&str, Loss)] = &[
+            ("counter deleted", |k| redis::cmd("DEL").arg(k.token()).clone()),
+            ("counter reset to 0", |k| redis::cmd("SET").arg(k.token()).arg(0).clone()),
+            ("fence deleted", |k| redis::cmd("DEL").arg(k.fence()).clone()),
+            ("counter and fence deleted", |k| redis::cmd("DEL").arg(k.token()).arg(k.fence()).clone()),
+            ("whole database flushed", |_| redis::cmd("FLUSHALL").clone()),
+        ];
+        for (i, (what, loss)) in losses.iter().enumerate() {
+            expire(&mut c, &k).await;
+            let _: () = loss(&k).query_async(&mut c).await.unwrap();
+            let owner = format!("n:{i}");
+            let token = grant(&mut c, &k, &owner).await;
+            assert!(token > last, "after {what}: token {token} is not above the previous {last}");
+            assert!(token < 1 << 53, "after {what}: token {token} must stay below 2^53");
+            // and the previous term's writes are fenced
+            let err = put(&mut c, &k, "old:1", last, "stale").await.unwrap_err();
+            assert!(matches!(err, FenceError::Refused(_)), "after {what}: {err}");
+            last = token;
+        }
+    })
+    .await;
+}

@@ -1,0 +1,264 @@
+//! Test helpers. Each one documents what it waits for and how long.
+
+use std::future::Future;
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// Runs `test` with a whole-test deadline; panics with `name` when it is exceeded.
+pub async fn deadline<F: Future<Output = ()>>(limit: Duration, test: F) {
+    if tokio::time::timeout(limit, test).await.is_err() {
+        panic!("test exceeded its deadline of {limit:?}");
+    }
+}
+
+/// Polls `probe` every 20 ms until it returns `Some`, or panics after `limit` naming `what`.
+pub async fn wait_for<T, F, Fut>(what: &str, limit: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        if start.elapsed() > limit {
+            panic!("timed out after {limit:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (bound and released; the caller binds it next).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A `redis-server` on a free port, without persistence, killed on drop.
+pub struct RedisServer {
+    child: Child,
+    /// Its port.
+    pub port: u16,
+}
+
+impl RedisServer {
+    /// Starts the server and waits (up to 10 s) until it answers PING.
+    pub async fn start() -> Self {
+        for _ in 0..5 {
+            let port = free_port();
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server not found: install it (./dev test does) or put it on PATH");
+            let mut server = RedisServer { child, port };
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(10) {
+                if let Ok(Some(_)) = server.child.try_wait() {
+                    break; // port taken meanwhile: try another
+                }
+                if let Ok(mut c) = server.client().get_multiplexed_async_connection().await
+                    && redis::cmd("PING").query_async::<String>(&mut c).await.is_ok()
+                {
+                    return server;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let _ = server.child.kill();
+        }
+        panic!("could not start redis-server");
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// A client for this server.
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).unwrap()
+    }
+
+    /// A fresh multiplexed connection.
+    pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
+        self.client().get_multiplexed_async_connection().await.unwrap()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Paths of the guest components, built once per test binary from `guest-jobs/` with
+/// `cargo build --target wasm32-wasip2` into `target/guests`.
+pub struct Guests {
+    dir: PathBuf,
+}
+
+impl Guests {
+    /// The `.wasm` of guest crate `name`.
+    pub fn wasm(&self, name: &str) -> PathBuf {
+        let p = self.dir.join(format!("{name}.wasm"));
+        assert!(p.exists(), "guest {name} was not built: {}", p.display());
+        p
+    }
+}
+
+/// Builds the guests (once per process; later calls return the same paths).
+pub fn guests() -> &'static Guests {
+    static GUESTS: OnceLock<Guests> = OnceLock::new();
+    GUESTS.get_or_init(|| {
+        let root = repo_root();
+        let target = root.join("target").join("guests");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let out = Command::new(cargo)
+            .current_dir(root.join("guest-jobs"))
+            .args(["build", "--target", "wasm32-wasip2", "--target-dir"])
+            .arg(&target)
+            .env_remove("CARGO_ENCODED_RUSTFLAGS")
+            .env_remove("RUSTFLAGS")
+            .output()
+            .expect("running cargo to build the guests");
+        assert!(
+            out.status.success(),
+            "building guest-jobs failed (is the wasm32-wasip2 target installed? `rustup target add wasm32-wasip2`):\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Guests {
+            dir: target.join("wasm32-wasip2").join("debug"),
+        }
+    })
+}
+
+/// A fresh temporary directory, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    /// Creates `…/leasehold-test-<name>-<random>`.
+    pub fn new(name: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("leasehold-test-{name}-{}", uuid_like()));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    /// A path inside the directory.
+    pub fn join(&self, p: &str) -> PathBuf {
+        self.0.join(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn uuid_like() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed),
+        Instant::now().elapsed().as_nanos()
+    )
+}
+
+/// A running `leasehold` process. Its stderr (the log) is collected line by line; the process
+/// is killed on drop.
+pub struct HostProcess {
+    child: Child,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+/// The `leasehold` binary under test.
+pub fn leasehold_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_leasehold")
+}
+
+impl HostProcess {
+    /// Starts `leasehold <args…>` with logs in JSON.
+    pub fn start(args: &[&str]) -> Self {
+        let mut child = Command::new(leasehold_bin())
+            .args(args)
+            .env("LEASEHOLD_LOG_FORMAT", "json")
+            .env("LEASEHOLD_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting leasehold");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let stderr = child.stderr.take().unwrap();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        HostProcess { child, log }
+    }
+
+    /// Every log line so far.
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Log lines containing `needle`.
+    pub fn log_lines_with(&self, needle: &str) -> Vec<String> {
+        self.log().into_iter().filter(|l| l.contains(needle)).collect()
+    }
+
+    /// Waits (up to `limit`) for a log line containing `needle`.
+    pub async fn wait_for_log(&self, needle: &str, limit: Duration) -> String {
+        let what = format!("a log line containing {needle:?}");
+        let start = Instant::now();
+        loop {
+            if let Some(l) = self.log_lines_with(needle).into_iter().next() {
+                return l;
+            }
+            if start.elapsed() > limit {
+                panic!("timed out after {limit:?} waiting for {what}; log:\n{}", self.log().join("\n"));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Sends SIGTERM and waits (up to `limit`) for the process to exit; returns its success.
+    pub async fn terminate(&mut self, limit: Duration) -> bool {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.success();
+            }
+            if start.elapsed() > limit {
+                panic!("leasehold did not exit within {limit:?} after SIGTERM; log:\n{}", self.log().join("\n"));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
