@@ -60,7 +60,11 @@ fn duration(s: &str) -> Result<Duration, String> {
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
     /// Redis URL, e.g. redis://127.0.0.1:6379 or rediss://user:password@host:6380.
-    #[arg(long, env = "LEASEHOLD_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    #[arg(
+        long,
+        env = "LEASEHOLD_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
     pub redis_url: String,
     /// Directory of job components (`*.wasm`).
     #[arg(long, env = "LEASEHOLD_JOBS_DIR", default_value = "jobs")]
@@ -95,7 +99,11 @@ pub struct TriggerArgs {
     #[arg(long)]
     pub period: Option<String>,
     /// Redis URL.
-    #[arg(long, env = "LEASEHOLD_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    #[arg(
+        long,
+        env = "LEASEHOLD_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
     pub redis_url: String,
 }
 
@@ -107,7 +115,12 @@ impl RunArgs {
             None => hostname(),
         };
         validate_node_id(&node_id)?;
-        let timing = Timing::new(self.lease_ttl, self.heartbeat, self.lease_margin, self.redis_timeout)?;
+        let timing = Timing::new(
+            self.lease_ttl,
+            self.heartbeat,
+            self.lease_margin,
+            self.redis_timeout,
+        )?;
         Ok(NodeConfig {
             redis_url: self.redis_url.clone(),
             jobs_dir: self.jobs_dir.clone(),
@@ -134,7 +147,9 @@ pub fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_env("LEASEHOLD_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Human => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
@@ -184,7 +199,11 @@ async fn check(file: PathBuf) -> anyhow::Result<()> {
     println!("component:  {}", job.hash);
     let now = chrono::Utc::now();
     if let Some(p) = job.spec.schedule.current(now) {
-        println!("current:    period {} (fired {})", p.id, p.fire.to_rfc3339());
+        println!(
+            "current:    period {} (fired {})",
+            p.id,
+            p.fire.to_rfc3339()
+        );
     }
     if let Some(p) = job.spec.schedule.next(now) {
         println!("next:       period {} at {}", p.id, p.fire.to_rfc3339());
@@ -197,22 +216,33 @@ async fn trigger(args: TriggerArgs) -> anyhow::Result<()> {
     let Some(period) = args.period else {
         anyhow::bail!("--period is required in this version (e.g. --period 2026-11-27)");
     };
-    if period.is_empty() || period.len() > 64 || !period.bytes().all(|b| b.is_ascii_digit() || b == b'-' || b == b'T' || b == b':') {
+    if period.is_empty()
+        || period.len() > 64
+        || !period
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b == b'-' || b == b'T' || b == b':')
+    {
         anyhow::bail!("period {period:?} is not a period id (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS)");
     }
     let mut conn = redis_conn::connect(&args.redis_url, Duration::from_secs(2)).await?;
     let keys = JobKeys::new(&args.job);
-    if let Some(r) = runs::read(&mut conn, &keys, &period).await? {
-        if r.status == runs::RunStatus::Done {
-            println!("{} period {period} is already done (token {}, node {}); not run again", args.job, r.token, r.node);
-            return Ok(());
-        }
+    if let Some(r) = runs::read(&mut conn, &keys, &period).await?
+        && r.status == runs::RunStatus::Done
+    {
+        println!(
+            "{} period {period} is already done (token {}, node {}); not run again",
+            args.job, r.token, r.node
+        );
+        return Ok(());
     }
     let added = runs::request(&mut conn, &keys, &period).await?;
     if added {
         println!("requested a run of {} for period {period}", args.job);
     } else {
-        println!("a run of {} for period {period} was already requested", args.job);
+        println!(
+            "a run of {} for period {period} was already requested",
+            args.job
+        );
     }
     Ok(())
 }

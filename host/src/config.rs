@@ -187,11 +187,26 @@ mod tests {
     fn every_violation_is_reported_with_its_values() {
         let e = Timing::new(ms(50), ms(40), Some(ms(30)), Some(ms(60))).unwrap_err();
         let text = e.to_string();
-        assert!(text.contains("lease-ttl must be at least 100ms (lease-ttl 50ms)"), "{text}");
-        assert!(text.contains("heartbeat 40ms × 3 = 120ms, lease-ttl 50ms"), "{text}");
-        assert!(text.contains("(redis-timeout 60ms, heartbeat 40ms)"), "{text}");
-        assert!(text.contains("(lease-margin 30ms, lease-ttl 50ms)"), "{text}");
-        assert!(text.contains("heartbeat 40ms + redis-timeout 60ms = 100ms"), "{text}");
+        assert!(
+            text.contains("lease-ttl must be at least 100ms (lease-ttl 50ms)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("heartbeat 40ms × 3 = 120ms, lease-ttl 50ms"),
+            "{text}"
+        );
+        assert!(
+            text.contains("(redis-timeout 60ms, heartbeat 40ms)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("(lease-margin 30ms, lease-ttl 50ms)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("heartbeat 40ms + redis-timeout 60ms = 100ms"),
+            "{text}"
+        );
         assert_eq!(e.violations.len(), 5);
     }
 

@@ -178,9 +178,19 @@ impl Elector {
                             .await;
                             match released {
                                 Ok(Ok(true)) => info!(job, node, token, "released lease"),
-                                Ok(Ok(false)) => info!(job, node, token, "lease was no longer ours at release"),
-                                Ok(Err(e)) => warn!(job, node, token, "releasing lease failed: {e}"),
-                                Err(_) => warn!(job, node, token, "releasing lease timed out after {}", show(redis_timeout)),
+                                Ok(Ok(false)) => {
+                                    info!(job, node, token, "lease was no longer ours at release")
+                                }
+                                Ok(Err(e)) => {
+                                    warn!(job, node, token, "releasing lease failed: {e}")
+                                }
+                                Err(_) => warn!(
+                                    job,
+                                    node,
+                                    token,
+                                    "releasing lease timed out after {}",
+                                    show(redis_timeout)
+                                ),
                             }
                             break;
                         }
@@ -192,7 +202,8 @@ impl Elector {
                     }
                 }
                 Ok(Ok(Acquired::Held { holder, ttl })) => {
-                    let changed = !matches!(&*role.borrow(), Role::Follower { leader } if *leader == holder);
+                    let changed =
+                        !matches!(&*role.borrow(), Role::Follower { leader } if *leader == holder);
                     if changed {
                         info!(job, node, leader = %holder, "following");
                         role.send_replace(Role::Follower { leader: holder });
@@ -206,7 +217,12 @@ impl Elector {
                     heartbeat
                 }
                 Err(_) => {
-                    warn!(job, node, "campaign failed: no reply from redis within {}", show(redis_timeout));
+                    warn!(
+                        job,
+                        node,
+                        "campaign failed: no reply from redis within {}",
+                        show(redis_timeout)
+                    );
                     role.send_replace(Role::Candidate);
                     heartbeat
                 }

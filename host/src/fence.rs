@@ -145,7 +145,10 @@ pub async fn write_and_delete<C: ConnectionLike>(
     deletes: &[String],
 ) -> Result<(), FenceError> {
     let mut inv = FENCED_WRITE.key(keys.lease());
-    inv.key(keys.fence()).arg(owner).arg(token).arg(writes.len());
+    inv.key(keys.fence())
+        .arg(owner)
+        .arg(token)
+        .arg(writes.len());
     for (key, value) in writes {
         inv.key(key).arg(*value);
     }

@@ -68,7 +68,10 @@ pub async fn load_jobs(runtime: &Runtime, dir: &Path) -> anyhow::Result<Vec<Arc<
 }
 
 /// Runs the replica until `shutdown` resolves.
-pub async fn run(cfg: NodeConfig, shutdown: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
+pub async fn run(
+    cfg: NodeConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
     let node = cfg.node_id.clone();
     let runtime = Runtime::new(HostLimits::default())?;
     let conn = redis_conn::connect(&cfg.redis_url, cfg.timing.redis_timeout).await?;
@@ -111,7 +114,11 @@ pub async fn run(cfg: NodeConfig, shutdown: impl std::future::Future<Output = ()
             timing: cfg.timing,
             keys: JobKeys::new(&name),
         };
-        electors.push(leases.handle().spawn(elector.run(lease_conn.clone(), role_tx, resigned.clone())));
+        electors.push(leases.handle().spawn(elector.run(
+            lease_conn.clone(),
+            role_tx,
+            resigned.clone(),
+        )));
         let runner = Runner {
             job,
             runtime: runtime.clone(),

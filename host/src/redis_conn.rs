@@ -24,8 +24,8 @@ pub fn redact(url: &str) -> String {
 /// Opens a reconnecting connection. Each command fails after `timeout`; callers still wrap
 /// calls in their own deadline where a bound matters for correctness (I3).
 pub async fn connect(url: &str, timeout: Duration) -> anyhow::Result<ConnectionManager> {
-    let client = redis::Client::open(url)
-        .with_context(|| format!("invalid redis url {}", redact(url)))?;
+    let client =
+        redis::Client::open(url).with_context(|| format!("invalid redis url {}", redact(url)))?;
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(timeout))
         .set_response_timeout(Some(timeout))
@@ -36,7 +36,13 @@ pub async fn connect(url: &str, timeout: Duration) -> anyhow::Result<ConnectionM
         ConnectionManager::new_with_config(client, config),
     )
     .await
-    .map_err(|_| anyhow::anyhow!("cannot reach redis at {}: no answer within {}", redact(url), crate::config::show(timeout * 4)))?
+    .map_err(|_| {
+        anyhow::anyhow!(
+            "cannot reach redis at {}: no answer within {}",
+            redact(url),
+            crate::config::show(timeout * 4)
+        )
+    })?
     .with_context(|| format!("cannot reach redis at {}", redact(url)))?;
     Ok(conn)
 }

@@ -137,7 +137,9 @@ impl Runner {
                 RunEnd::Done | RunEnd::Failed => {
                     done.insert(period.id.clone());
                     not_before.remove(&period.id);
-                    if let Err(e) = runs::clear_request(&mut self.conn.clone(), &self.keys(), &period.id).await {
+                    if let Err(e) =
+                        runs::clear_request(&mut self.conn.clone(), &self.keys(), &period.id).await
+                    {
                         warn!(job, node, token, period = %period.id, "cannot clear the run request: {e}");
                     }
                 }
@@ -164,7 +166,12 @@ impl Runner {
             runs::requests(&mut self.conn.clone(), &keys),
         )
         .await
-        .map_err(|_| anyhow::anyhow!("no reply from redis within {}", show(self.timing.redis_timeout)))??;
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "no reply from redis within {}",
+                show(self.timing.redis_timeout)
+            )
+        })??;
         for id in requested {
             match schedule.period_by_id(&id) {
                 Some(p) => due.push(p),
@@ -186,11 +193,17 @@ impl Runner {
         let (job, node, token) = (&self.job.spec.name, &self.node, term.token());
         let mut conn = self.conn.clone();
         let timeout = self.timing.redis_timeout;
-        let existing = match tokio::time::timeout(timeout, runs::read(&mut conn, &keys, &period.id)).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => return RunEnd::Interrupted(e.to_string()),
-            Err(_) => return RunEnd::Interrupted(format!("no reply from redis within {}", show(timeout))),
-        };
+        let existing =
+            match tokio::time::timeout(timeout, runs::read(&mut conn, &keys, &period.id)).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => return RunEnd::Interrupted(e.to_string()),
+                Err(_) => {
+                    return RunEnd::Interrupted(format!(
+                        "no reply from redis within {}",
+                        show(timeout)
+                    ));
+                }
+            };
         let now = now_rfc3339();
         let mut record = match existing {
             Some(r) if r.status == RunStatus::Done => return RunEnd::Done,
@@ -214,10 +227,17 @@ impl Runner {
         let mut state = if record.step == 0 {
             None
         } else {
-            match tokio::time::timeout(timeout, runs::read_checkpoint(&mut conn, &keys, &period.id)).await {
+            match tokio::time::timeout(timeout, runs::read_checkpoint(&mut conn, &keys, &period.id))
+                .await
+            {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => return RunEnd::Interrupted(e.to_string()),
-                Err(_) => return RunEnd::Interrupted(format!("no reply from redis within {}", show(timeout))),
+                Err(_) => {
+                    return RunEnd::Interrupted(format!(
+                        "no reply from redis within {}",
+                        show(timeout)
+                    ));
+                }
             }
         };
         if record.status == RunStatus::Running && record.token != token {
@@ -256,7 +276,7 @@ impl Runner {
             let took = started.elapsed();
             match outcome {
                 Ok(StepOutcome::Continue(next)) => {
-                    info!(job, node, token, period = %period.id, step = record.step, took = %show(round_ms(took)), "step done");
+                    info!(job, node, token, period = %period.id, step = record.step, took_ms = format!("{:.1}", took.as_secs_f64() * 1e3), "step done");
                     record.step += 1;
                     if let Err(end) = self.save(term, &mut record, Some(&next)).await {
                         return end;
@@ -334,7 +354,14 @@ impl Runner {
         let timeout = self.timing.redis_timeout;
         let res = tokio::time::timeout(
             timeout,
-            fence::write_and_delete(&mut self.conn.clone(), &keys, term.owner(), term.token(), &sets, &deletes),
+            fence::write_and_delete(
+                &mut self.conn.clone(),
+                &keys,
+                term.owner(),
+                term.token(),
+                &sets,
+                &deletes,
+            ),
         )
         .await;
         match res {
@@ -345,15 +372,14 @@ impl Runner {
                 Err(RunEnd::Lost)
             }
             Ok(Err(FenceError::Redis(e))) => Err(RunEnd::Interrupted(e.to_string())),
-            Err(_) => Err(RunEnd::Interrupted(format!("no reply from redis within {}", show(timeout)))),
+            Err(_) => Err(RunEnd::Interrupted(format!(
+                "no reply from redis within {}",
+                show(timeout)
+            ))),
         }
     }
 }
 
 fn now_rfc3339() -> String {
     Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)
-}
-
-fn round_ms(d: Duration) -> Duration {
-    Duration::from_millis(d.as_millis() as u64)
 }

@@ -179,7 +179,9 @@ impl HostState {
         wasi.stderr(stderr.clone());
         if let Some(dir) = step.as_ref().and_then(|s| s.data_dir.as_ref()) {
             wasi.preopened_dir(dir, "/data", FsPerms::ReadOnly)
-                .map_err(|e| anyhow::anyhow!("cannot open data directory {}: {e}", dir.display()))?;
+                .map_err(|e| {
+                    anyhow::anyhow!("cannot open data directory {}: {e}", dir.display())
+                })?;
         }
         let state = HostState {
             wasi: wasi.build(),
@@ -278,7 +280,11 @@ impl store::Host for HostState {
             return Ok(Err(store::ReadError::InvalidKey(reason)));
         }
         let cmd = redis::cmd("GET").arg(ctx.keys.data(&key)).clone();
-        let res = tokio::time::timeout(ctx.redis_timeout, cmd.query_async::<Option<Vec<u8>>>(&mut ctx.conn)).await;
+        let res = tokio::time::timeout(
+            ctx.redis_timeout,
+            cmd.query_async::<Option<Vec<u8>>>(&mut ctx.conn),
+        )
+        .await;
         Ok(match res {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(store::ReadError::Unavailable(e.to_string())),
@@ -326,8 +332,8 @@ impl Runtime {
         let mut config = Config::new();
         config.epoch_interruption(true);
         config.wasm_component_model(true);
-        let engine = Engine::new(&config)
-            .map_err(|e| anyhow::anyhow!("creating the wasm engine: {e}"))?;
+        let engine =
+            Engine::new(&config).map_err(|e| anyhow::anyhow!("creating the wasm engine: {e}"))?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| anyhow::anyhow!("linking WASI: {e}"))?;
@@ -379,8 +385,11 @@ impl Runtime {
             .linker
             .instantiate_pre(&component)
             .map_err(|e| fail(format!("needs an import the host does not offer: {e}")))?;
-        let pre = bindings::JobPre::new(pre)
-            .map_err(|e| fail(format!("does not implement the leasehold:job/job world: {e}")))?;
+        let pre = bindings::JobPre::new(pre).map_err(|e| {
+            fail(format!(
+                "does not implement the leasehold:job/job world: {e}"
+            ))
+        })?;
         let spec = self
             .describe(&pre)
             .await
@@ -419,7 +428,10 @@ impl Runtime {
         };
         match tokio::time::timeout(limits.step_time, call).await {
             Ok(r) => Ok(r?),
-            Err(_) => anyhow::bail!("did not return within {}", crate::config::show(limits.step_time)),
+            Err(_) => anyhow::bail!(
+                "did not return within {}",
+                crate::config::show(limits.step_time)
+            ),
         }
     }
 
@@ -499,7 +511,10 @@ impl Runtime {
             warn!(job = %job_name, node = %node, token = term.token(), dropped = data.log_dropped, "guest log lines dropped (more than {LOG_LINES_PER_STEP} in one step)");
         }
         let err_bytes = stderr.contents();
-        for line in String::from_utf8_lossy(&err_bytes).lines().filter(|l| !l.trim().is_empty()) {
+        for line in String::from_utf8_lossy(&err_bytes)
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+        {
             tracing::event!(Level::WARN, job = %job_name, node = %node, token = term.token(), stderr = true, "guest: {line}");
         }
         debug!(job = %job_name, node = %node, token = term.token(), step, "step finished");

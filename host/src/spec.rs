@@ -170,7 +170,9 @@ impl Schedule {
         if fires.is_empty() {
             return Err(SpecError(format!("schedule {expr:?} never fires")));
         }
-        let daily = fires.windows(2).all(|w| w[0].date_naive() != w[1].date_naive());
+        let daily = fires
+            .windows(2)
+            .all(|w| w[0].date_naive() != w[1].date_naive());
         Ok(Schedule {
             expr: expr.to_string(),
             cron,
@@ -217,7 +219,8 @@ impl Schedule {
         if self.daily {
             let date = NaiveDate::parse_from_str(id, "%Y-%m-%d").ok()?;
             // Start just before the local day begins (UTC offsets never exceed ±26h).
-            let from = Utc.from_utc_datetime(&date.and_hms_opt(0, 0, 0)?) - chrono::Duration::days(2);
+            let from =
+                Utc.from_utc_datetime(&date.and_hms_opt(0, 0, 0)?) - chrono::Duration::days(2);
             let fire = self
                 .cron
                 .after(&from.with_timezone(&self.tz))
@@ -251,13 +254,19 @@ mod tests {
         assert_eq!(p.fire.to_rfc3339(), "2026-11-29T02:30:00+00:00");
         let before = s.current(utc("2026-11-29T02:29:59Z")).unwrap();
         assert_eq!(before.id, "2026-11-28");
-        assert_eq!(s.next(utc("2026-11-29T11:57:00Z")).unwrap().id, "2026-11-30");
+        assert_eq!(
+            s.next(utc("2026-11-29T11:57:00Z")).unwrap().id,
+            "2026-11-30"
+        );
     }
 
     #[test]
     fn a_fire_time_is_its_own_current_period() {
         let s = Schedule::parse("0 30 2 * * *", "UTC").unwrap();
-        assert_eq!(s.current(utc("2026-11-29T02:30:00Z")).unwrap().id, "2026-11-29");
+        assert_eq!(
+            s.current(utc("2026-11-29T02:30:00Z")).unwrap().id,
+            "2026-11-29"
+        );
     }
 
     #[test]

@@ -11,13 +11,28 @@ fn run(args: &[&str]) -> (i32, String) {
         .env_remove("LEASEHOLD_REDIS_URL")
         .output()
         .unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
 fn each_timing_violation_is_reported_with_its_values() {
     // Redis URL points nowhere: validation must fail before any connection attempt.
-    let (code, err) = run(&["run", "--redis-url", "redis://127.0.0.1:1", "--node-id", "n1", "--lease-ttl", "1s", "--heartbeat", "400ms", "--redis-timeout", "500ms"]);
+    let (code, err) = run(&[
+        "run",
+        "--redis-url",
+        "redis://127.0.0.1:1",
+        "--node-id",
+        "n1",
+        "--lease-ttl",
+        "1s",
+        "--heartbeat",
+        "400ms",
+        "--redis-timeout",
+        "500ms",
+    ]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("heartbeat × 3 must be less than lease-ttl (heartbeat 400ms × 3 = 1s 200ms, lease-ttl 1s)"), "{err}");
     assert!(err.contains("redis-timeout must be greater than zero and less than heartbeat (redis-timeout 500ms, heartbeat 400ms)"), "{err}");
@@ -29,7 +44,10 @@ fn each_timing_violation_is_reported_with_its_values() {
 fn a_bad_duration_or_node_id_is_a_clear_error() {
     let (code, err) = run(&["run", "--lease-ttl", "ten seconds"]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("--lease-ttl") && err.contains("use e.g. 500ms, 3s, 1m"), "{err}");
+    assert!(
+        err.contains("--lease-ttl") && err.contains("use e.g. 500ms, 3s, 1m"),
+        "{err}"
+    );
     let (code, err) = run(&["run", "--node-id", "a b"]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("node-id must be 1 to 64 characters"), "{err}");
@@ -37,7 +55,20 @@ fn a_bad_duration_or_node_id_is_a_clear_error() {
 
 #[test]
 fn an_unreachable_redis_is_named() {
-    let (code, err) = run(&["run", "--redis-url", "redis://127.0.0.1:1", "--node-id", "n1", "--lease-ttl", "1s", "--heartbeat", "200ms"]);
+    let (code, err) = run(&[
+        "run",
+        "--redis-url",
+        "redis://127.0.0.1:1",
+        "--node-id",
+        "n1",
+        "--lease-ttl",
+        "1s",
+        "--heartbeat",
+        "200ms",
+    ]);
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains("cannot reach redis at redis://127.0.0.1:1"), "{err}");
+    assert!(
+        err.contains("cannot reach redis at redis://127.0.0.1:1"),
+        "{err}"
+    );
 }

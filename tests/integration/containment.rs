@@ -13,9 +13,19 @@ use redis::AsyncCommands;
 
 use crate::harness::{RedisServer, TempDir, deadline, guests};
 
-async fn probe_step(runtime: &Runtime, redis: &RedisServer, term: Term, data: &TempDir) -> Result<StepOutcome, StepError> {
-    let job = runtime.load(&guests().wasm("probe")).await.expect("probe loads");
-    let conn = redis::aio::ConnectionManager::new(redis.client()).await.unwrap();
+async fn probe_step(
+    runtime: &Runtime,
+    redis: &RedisServer,
+    term: Term,
+    data: &TempDir,
+) -> Result<StepOutcome, StepError> {
+    let job = runtime
+        .load(&guests().wasm("probe"))
+        .await
+        .expect("probe loads");
+    let conn = redis::aio::ConnectionManager::new(redis.client())
+        .await
+        .unwrap();
     let ctx = StepContext {
         job: "probe".into(),
         node: "test".into(),
@@ -26,19 +36,30 @@ async fn probe_step(runtime: &Runtime, redis: &RedisServer, term: Term, data: &T
         data_dir: Some(data.0.clone()),
     };
     // The probe dials whatever address it is given as its period: the test's Redis.
-    let run = RunInfo { period: format!("127.0.0.1:{}", redis.port), scheduled_at: String::new(), attempt: 1 };
+    let run = RunInfo {
+        period: format!("127.0.0.1:{}", redis.port),
+        scheduled_at: String::new(),
+        attempt: 1,
+    };
     runtime.run_step(&job, ctx, &run, 0, None).await
 }
 
 fn lines(outcome: Result<StepOutcome, StepError>) -> Vec<String> {
     match outcome {
-        Ok(StepOutcome::Continue(report)) => String::from_utf8(report).unwrap().lines().map(str::to_string).collect(),
+        Ok(StepOutcome::Continue(report)) => String::from_utf8(report)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect(),
         other => panic!("probe step: {other:?}"),
     }
 }
 
 fn line<'a>(report: &'a [String], name: &str) -> &'a str {
-    report.iter().find(|l| l.starts_with(&format!("{name}: "))).unwrap_or_else(|| panic!("no {name} line in {report:?}"))
+    report
+        .iter()
+        .find(|l| l.starts_with(&format!("{name}: ")))
+        .unwrap_or_else(|| panic!("no {name} line in {report:?}"))
 }
 
 #[tokio::test]
@@ -50,16 +71,32 @@ async fn a_leading_guest_can_only_write_its_own_keys_through_the_fence() {
         std::fs::write(data.join("input.txt"), "hello").unwrap();
         let runtime = Runtime::new(HostLimits::default()).unwrap();
         let keys = JobKeys::new("probe");
-        let Acquired::Granted { token } = lease::acquire(&mut c, &keys, "test:1", Duration::from_secs(30)).await.unwrap() else { panic!() };
-        let term = Term::new(token, "test:1".into(), Instant::now() + Duration::from_secs(20));
+        let Acquired::Granted { token } =
+            lease::acquire(&mut c, &keys, "test:1", Duration::from_secs(30))
+                .await
+                .unwrap()
+        else {
+            panic!()
+        };
+        let term = Term::new(
+            token,
+            "test:1".into(),
+            Instant::now() + Duration::from_secs(20),
+        );
         let report = lines(probe_step(&runtime, &redis, term, &data).await);
 
         assert_eq!(line(&report, "still-leader"), "still-leader: true");
         assert!(line(&report, "tcp").starts_with("tcp: error"), "{report:?}");
-        assert!(line(&report, "fs-write").starts_with("fs-write: error"), "{report:?}");
+        assert!(
+            line(&report, "fs-write").starts_with("fs-write: error"),
+            "{report:?}"
+        );
         assert_eq!(line(&report, "fs-read"), "fs-read: ok hello");
         assert_eq!(line(&report, "store"), "store: ok");
-        assert!(line(&report, "escape").starts_with("escape: invalid-key"), "{report:?}");
+        assert!(
+            line(&report, "escape").starts_with("escape: invalid-key"),
+            "{report:?}"
+        );
         assert_eq!(line(&report, "big"), "big: too-large 1024");
 
         assert!(!data.join("written-by-guest").exists());
@@ -68,7 +105,15 @@ async fn a_leading_guest_can_only_write_its_own_keys_through_the_fence() {
         // Nothing but the lease, the counter, the fence and the one value exists in Redis.
         let mut all: Vec<String> = c.keys("*").await.unwrap();
         all.sort();
-        assert_eq!(all, vec![keys.data("probe/value"), keys.fence(), keys.lease(), keys.token()]);
+        assert_eq!(
+            all,
+            vec![
+                keys.data("probe/value"),
+                keys.fence(),
+                keys.lease(),
+                keys.token()
+            ]
+        );
     })
     .await;
 }
@@ -81,20 +126,40 @@ async fn a_guest_whose_term_was_overtaken_cannot_write() {
         let data = TempDir::new("probe-zombie");
         let runtime = Runtime::new(HostLimits::default()).unwrap();
         let keys = JobKeys::new("probe");
-        let Acquired::Granted { token } = lease::acquire(&mut c, &keys, "old:1", Duration::from_secs(30)).await.unwrap() else { panic!() };
+        let Acquired::Granted { token } =
+            lease::acquire(&mut c, &keys, "old:1", Duration::from_secs(30))
+                .await
+                .unwrap()
+        else {
+            panic!()
+        };
         // The old leader still believes it leads (its local deadline is far away), but its
         // lease was lost and another node started a newer term.
         let _: i64 = c.del(keys.lease()).await.unwrap();
-        let Acquired::Granted { token: newer } = lease::acquire(&mut c, &keys, "new:1", Duration::from_secs(30)).await.unwrap() else { panic!() };
+        let Acquired::Granted { token: newer } =
+            lease::acquire(&mut c, &keys, "new:1", Duration::from_secs(30))
+                .await
+                .unwrap()
+        else {
+            panic!()
+        };
         assert!(newer > token);
-        let zombie = Term::new(token, "old:1".into(), Instant::now() + Duration::from_secs(20));
+        let zombie = Term::new(
+            token,
+            "old:1".into(),
+            Instant::now() + Duration::from_secs(20),
+        );
         let refusal = format!("fenced: token {token} is older than token {newer} of new:1");
         match probe_step(&runtime, &redis, zombie.clone(), &data).await {
             // Usually the host stops the step as soon as the refusal ends the term...
             Err(StepError::LostLeadership(Some(why))) => assert_eq!(why, refusal),
             // ...unless the guest returned first; then it saw the refusal itself.
             Ok(StepOutcome::Continue(r)) => {
-                let report: Vec<String> = String::from_utf8(r).unwrap().lines().map(str::to_string).collect();
+                let report: Vec<String> = String::from_utf8(r)
+                    .unwrap()
+                    .lines()
+                    .map(str::to_string)
+                    .collect();
                 assert_eq!(line(&report, "store"), format!("store: fenced {refusal}"));
             }
             other => panic!("expected the write to be fenced, got {other:?}"),

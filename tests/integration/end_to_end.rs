@@ -8,7 +8,9 @@ use std::time::Duration;
 use redis::AsyncCommands;
 use serde_json::Value;
 
-use crate::harness::{HostProcess, RedisServer, TempDir, deadline, guests, leasehold_bin, repo_root, wait_for};
+use crate::harness::{
+    HostProcess, RedisServer, TempDir, deadline, guests, leasehold_bin, repo_root, wait_for,
+};
 
 const PERIOD: &str = "2026-11-27";
 const RUN_KEY: &str = "lh:{reconciliation}:run:2026-11-27";
@@ -18,7 +20,11 @@ const REQUESTS: &str = "lh:{reconciliation}:requests";
 fn setup() -> TempDir {
     let dir = TempDir::new("e2e");
     std::fs::create_dir_all(dir.join("jobs")).unwrap();
-    std::fs::copy(guests().wasm("reconciliation"), dir.join("jobs/reconciliation.wasm")).unwrap();
+    std::fs::copy(
+        guests().wasm("reconciliation"),
+        dir.join("jobs/reconciliation.wasm"),
+    )
+    .unwrap();
     let day = dir.join(&format!("data/reconciliation/{PERIOD}"));
     std::fs::create_dir_all(&day).unwrap();
     let sample = repo_root().join(format!("guest-jobs/reconciliation/sample/{PERIOD}"));
@@ -32,17 +38,39 @@ fn start_host(dir: &TempDir, redis: &RedisServer, node: &str) -> HostProcess {
     let jobs = dir.join("jobs");
     let data = dir.join("data");
     HostProcess::start(&[
-        "run", "--redis-url", &redis.url(), "--jobs-dir", jobs.to_str().unwrap(), "--data-dir", data.to_str().unwrap(),
-        "--node-id", node, "--lease-ttl", "1s", "--heartbeat", "200ms",
+        "run",
+        "--redis-url",
+        &redis.url(),
+        "--jobs-dir",
+        jobs.to_str().unwrap(),
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--node-id",
+        node,
+        "--lease-ttl",
+        "1s",
+        "--heartbeat",
+        "200ms",
     ])
 }
 
 fn trigger(redis: &RedisServer) -> String {
     let out = Command::new(leasehold_bin())
-        .args(["trigger", "reconciliation", "--period", PERIOD, "--redis-url", &redis.url()])
+        .args([
+            "trigger",
+            "reconciliation",
+            "--period",
+            PERIOD,
+            "--redis-url",
+            &redis.url(),
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "trigger failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "trigger failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -58,9 +86,12 @@ async fn the_sample_day_is_reconciled_exactly_once() {
         let mut c = redis.conn().await;
         let dir = setup();
         let mut host = start_host(&dir, &redis, "n1");
-        host.wait_for_log("became leader", Duration::from_secs(60)).await;
+        host.wait_for_log("became leader", Duration::from_secs(60))
+            .await;
 
-        assert!(trigger(&redis).contains("requested a run of reconciliation for period 2026-11-27"));
+        assert!(
+            trigger(&redis).contains("requested a run of reconciliation for period 2026-11-27")
+        );
         let record = wait_for("the run to be done", Duration::from_secs(60), || {
             let mut c = c.clone();
             async move { run_record(&mut c).await.filter(|r| r["status"] == "done") }
@@ -74,51 +105,112 @@ async fn the_sample_day_is_reconciled_exactly_once() {
         assert!(record["component"].as_str().unwrap().starts_with("sha256:"));
 
         // The report, number by number, as computed by hand in EXPECTED.md.
-        let summary: String = c.get("lh:{reconciliation}:data:report/2026-11-27").await.unwrap();
+        let summary: String = c
+            .get("lh:{reconciliation}:data:report/2026-11-27")
+            .await
+            .unwrap();
         let summary: Value = serde_json::from_str(&summary).unwrap();
         let t = &summary["totals"];
         let expect = [
-            ("bank_lines", 12), ("ledger_lines", 13), ("matched", 10), ("matched_by_reference", 6),
-            ("matched_by_amount_date", 4), ("amount_mismatches", 1), ("missing_in_ledger", 1), ("missing_in_bank", 2),
-            ("bank_total_cents", 741669), ("ledger_total_cents", 868669), ("matched_total_cents", 375669),
+            ("bank_lines", 12),
+            ("ledger_lines", 13),
+            ("matched", 10),
+            ("matched_by_reference", 6),
+            ("matched_by_amount_date", 4),
+            ("amount_mismatches", 1),
+            ("missing_in_ledger", 1),
+            ("missing_in_bank", 2),
+            ("bank_total_cents", 741669),
+            ("ledger_total_cents", 868669),
+            ("matched_total_cents", 375669),
             ("net_difference_cents", -127000),
         ];
         for (field, value) in expect {
             assert_eq!(t[field], value, "totals.{field} in {summary}");
         }
         assert_eq!(summary["parts"], 3);
-        let text: String = c.get("lh:{reconciliation}:data:report/2026-11-27/text").await.unwrap();
-        for needle in ["-1270.00", "7416.69", "8686.69", "BNK-004", "LED-106", "BNK-008", "LED-109", "LED-113"] {
-            assert!(text.contains(needle), "{needle} missing from the report:\n{text}");
+        let text: String = c
+            .get("lh:{reconciliation}:data:report/2026-11-27/text")
+            .await
+            .unwrap();
+        for needle in [
+            "-1270.00", "7416.69", "8686.69", "BNK-004", "LED-106", "BNK-008", "LED-109", "LED-113",
+        ] {
+            assert!(
+                text.contains(needle),
+                "{needle} missing from the report:\n{text}"
+            );
         }
-        let missing: String = c.get("lh:{reconciliation}:data:report/2026-11-27/missing-in-bank").await.unwrap();
+        let missing: String = c
+            .get("lh:{reconciliation}:data:report/2026-11-27/missing-in-bank")
+            .await
+            .unwrap();
         let missing: Value = serde_json::from_str(&missing).unwrap();
-        let ids: Vec<&str> = missing.as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+        let ids: Vec<&str> = missing
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap())
+            .collect();
         assert_eq!(ids, ["LED-109", "LED-113"]);
         // The checkpoint of a finished run is gone; the request was taken up.
-        assert!(!c.exists::<_, bool>("lh:{reconciliation}:ckpt:2026-11-27").await.unwrap());
+        assert!(
+            !c.exists::<_, bool>("lh:{reconciliation}:ckpt:2026-11-27")
+                .await
+                .unwrap()
+        );
         assert!(!c.sismember::<_, _, bool>(REQUESTS, PERIOD).await.unwrap());
 
         // Asking again is answered from the run record.
         assert!(trigger(&redis).contains("already done"));
 
         // SIGTERM: the host stops and releases its lease.
-        assert!(host.terminate(Duration::from_secs(20)).await, "leasehold exited with an error");
-        assert!(host.log_lines_with("released lease").len() == 1, "{}", host.log().join("\n"));
-        assert!(!c.exists::<_, bool>("lh:{reconciliation}:lease").await.unwrap());
+        assert!(
+            host.terminate(Duration::from_secs(20)).await,
+            "leasehold exited with an error"
+        );
+        assert!(
+            host.log_lines_with("released lease").len() == 1,
+            "{}",
+            host.log().join("\n")
+        );
+        assert!(
+            !c.exists::<_, bool>("lh:{reconciliation}:lease")
+                .await
+                .unwrap()
+        );
 
         // A new replica, a new term, and a request for the same period slipped in directly:
         // the period is not run again.
         let host2 = start_host(&dir, &redis, "n2");
-        host2.wait_for_log("became leader", Duration::from_secs(60)).await;
+        host2
+            .wait_for_log("became leader", Duration::from_secs(60))
+            .await;
         let _: i64 = c.sadd(REQUESTS, PERIOD).await.unwrap();
-        wait_for("the request to be taken up", Duration::from_secs(30), || {
-            let mut c = c.clone();
-            async move { (!c.sismember::<_, _, bool>(REQUESTS, PERIOD).await.unwrap()).then_some(()) }
-        })
+        wait_for(
+            "the request to be taken up",
+            Duration::from_secs(30),
+            || {
+                let mut c = c.clone();
+                async move {
+                    (!c.sismember::<_, _, bool>(REQUESTS, PERIOD).await.unwrap()).then_some(())
+                }
+            },
+        )
         .await;
-        assert_eq!(run_record(&mut c).await.unwrap(), record, "the done record must not change");
-        assert!(host2.log_lines_with("starting run").iter().all(|l| !l.contains(PERIOD)), "{}", host2.log().join("\n"));
+        assert_eq!(
+            run_record(&mut c).await.unwrap(),
+            record,
+            "the done record must not change"
+        );
+        assert!(
+            host2
+                .log_lines_with("starting run")
+                .iter()
+                .all(|l| !l.contains(PERIOD)),
+            "{}",
+            host2.log().join("\n")
+        );
     })
     .await;
 }

@@ -24,8 +24,21 @@ async fn expire(conn: &mut MultiplexedConnection, keys: &JobKeys) {
     let _: i64 = conn.del(keys.lease()).await.unwrap();
 }
 
-async fn put(conn: &mut MultiplexedConnection, keys: &JobKeys, owner: &str, token: u64, value: &str) -> Result<(), FenceError> {
-    fence::write(conn, keys, owner, token, &[(keys.data("result"), value.as_bytes())]).await
+async fn put(
+    conn: &mut MultiplexedConnection,
+    keys: &JobKeys,
+    owner: &str,
+    token: u64,
+    value: &str,
+) -> Result<(), FenceError> {
+    fence::write(
+        conn,
+        keys,
+        owner,
+        token,
+        &[(keys.data("result"), value.as_bytes())],
+    )
+    .await
 }
 
 async fn result(conn: &mut MultiplexedConnection, keys: &JobKeys) -> Option<String> {
@@ -112,10 +125,18 @@ async fn tokens_keep_growing_when_the_counter_or_everything_is_lost() {
         assert!(last < 1 << 53, "token {last} must stay below 2^53");
         type Loss = fn(&JobKeys) -> redis::Cmd;
         let losses: &[(&str, Loss)] = &[
-            ("counter deleted", |k| redis::cmd("DEL").arg(k.token()).clone()),
-            ("counter reset to 0", |k| redis::cmd("SET").arg(k.token()).arg(0).clone()),
-            ("fence deleted", |k| redis::cmd("DEL").arg(k.fence()).clone()),
-            ("counter and fence deleted", |k| redis::cmd("DEL").arg(k.token()).arg(k.fence()).clone()),
+            ("counter deleted", |k| {
+                redis::cmd("DEL").arg(k.token()).clone()
+            }),
+            ("counter reset to 0", |k| {
+                redis::cmd("SET").arg(k.token()).arg(0).clone()
+            }),
+            ("fence deleted", |k| {
+                redis::cmd("DEL").arg(k.fence()).clone()
+            }),
+            ("counter and fence deleted", |k| {
+                redis::cmd("DEL").arg(k.token()).arg(k.fence()).clone()
+            }),
             ("whole database flushed", |_| redis::cmd("FLUSHALL").clone()),
         ];
         for (i, (what, loss)) in losses.iter().enumerate() {
@@ -123,8 +144,14 @@ async fn tokens_keep_growing_when_the_counter_or_everything_is_lost() {
             let _: () = loss(&k).query_async(&mut c).await.unwrap();
             let owner = format!("n:{i}");
             let token = grant(&mut c, &k, &owner).await;
-            assert!(token > last, "after {what}: token {token} is not above the previous {last}");
-            assert!(token < 1 << 53, "after {what}: token {token} must stay below 2^53");
+            assert!(
+                token > last,
+                "after {what}: token {token} is not above the previous {last}"
+            );
+            assert!(
+                token < 1 << 53,
+                "after {what}: token {token} must stay below 2^53"
+            );
             // and the previous term's writes are fenced
             let err = put(&mut c, &k, "old:1", last, "stale").await.unwrap_err();
             assert!(matches!(err, FenceError::Refused(_)), "after {what}: {err}");

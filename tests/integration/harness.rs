@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// Runs `test` with a whole-test deadline; panics with `name` when it is exceeded.
@@ -60,7 +63,16 @@ impl RedisServer {
         for _ in 0..5 {
             let port = free_port();
             let child = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
@@ -72,7 +84,10 @@ impl RedisServer {
                     break; // port taken meanwhile: try another
                 }
                 if let Ok(mut c) = server.client().get_multiplexed_async_connection().await
-                    && redis::cmd("PING").query_async::<String>(&mut c).await.is_ok()
+                    && redis::cmd("PING")
+                        .query_async::<String>(&mut c)
+                        .await
+                        .is_ok()
                 {
                     return server;
                 }
@@ -95,7 +110,10 @@ impl RedisServer {
 
     /// A fresh multiplexed connection.
     pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
-        self.client().get_multiplexed_async_connection().await.unwrap()
+        self.client()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
     }
 }
 
@@ -222,7 +240,10 @@ impl HostProcess {
 
     /// Log lines containing `needle`.
     pub fn log_lines_with(&self, needle: &str) -> Vec<String> {
-        self.log().into_iter().filter(|l| l.contains(needle)).collect()
+        self.log()
+            .into_iter()
+            .filter(|l| l.contains(needle))
+            .collect()
     }
 
     /// Waits (up to `limit`) for a log line containing `needle`.
@@ -234,7 +255,10 @@ impl HostProcess {
                 return l;
             }
             if start.elapsed() > limit {
-                panic!("timed out after {limit:?} waiting for {what}; log:\n{}", self.log().join("\n"));
+                panic!(
+                    "timed out after {limit:?} waiting for {what}; log:\n{}",
+                    self.log().join("\n")
+                );
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -242,14 +266,19 @@ impl HostProcess {
 
     /// Sends SIGTERM and waits (up to `limit`) for the process to exit; returns its success.
     pub async fn terminate(&mut self, limit: Duration) -> bool {
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
         let start = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status.success();
             }
             if start.elapsed() > limit {
-                panic!("leasehold did not exit within {limit:?} after SIGTERM; log:\n{}", self.log().join("\n"));
+                panic!(
+                    "leasehold did not exit within {limit:?} after SIGTERM; log:\n{}",
+                    self.log().join("\n")
+                );
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

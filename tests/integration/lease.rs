@@ -42,15 +42,69 @@ struct Case {
 const TTL: Duration = Duration::from_secs(30);
 
 const CASES: &[Case] = &[
-    Case { name: "acquiring a free lease grants a new term", setup: Setup::Free, op: Op::Acquire("a:1"), expect: Expect::Granted, holder_after: Some("a:1") },
-    Case { name: "acquiring a held lease reports its holder and changes nothing", setup: Setup::HeldBy("b:1"), op: Op::Acquire("a:1"), expect: Expect::HeldBy("b:1"), holder_after: Some("b:1") },
-    Case { name: "acquiring an expired lease grants a new term", setup: Setup::ExpiredFrom("b:1"), op: Op::Acquire("a:1"), expect: Expect::Granted, holder_after: Some("a:1") },
-    Case { name: "the owner renews its lease", setup: Setup::HeldBy("a:1"), op: Op::Renew("a:1"), expect: Expect::Renewed(true), holder_after: Some("a:1") },
-    Case { name: "a non-owner cannot renew someone else's lease", setup: Setup::HeldBy("b:1"), op: Op::Renew("a:1"), expect: Expect::Renewed(false), holder_after: Some("b:1") },
-    Case { name: "an expired lease cannot be renewed, even by its last owner", setup: Setup::ExpiredFrom("a:1"), op: Op::Renew("a:1"), expect: Expect::Renewed(false), holder_after: None },
-    Case { name: "the same node with a new candidacy id is not the owner", setup: Setup::HeldBy("a:1"), op: Op::Renew("a:2"), expect: Expect::Renewed(false), holder_after: Some("a:1") },
-    Case { name: "the owner releases its lease", setup: Setup::HeldBy("a:1"), op: Op::Release("a:1"), expect: Expect::Released(true), holder_after: None },
-    Case { name: "a non-owner cannot release someone else's lease", setup: Setup::HeldBy("b:1"), op: Op::Release("a:1"), expect: Expect::Released(false), holder_after: Some("b:1") },
+    Case {
+        name: "acquiring a free lease grants a new term",
+        setup: Setup::Free,
+        op: Op::Acquire("a:1"),
+        expect: Expect::Granted,
+        holder_after: Some("a:1"),
+    },
+    Case {
+        name: "acquiring a held lease reports its holder and changes nothing",
+        setup: Setup::HeldBy("b:1"),
+        op: Op::Acquire("a:1"),
+        expect: Expect::HeldBy("b:1"),
+        holder_after: Some("b:1"),
+    },
+    Case {
+        name: "acquiring an expired lease grants a new term",
+        setup: Setup::ExpiredFrom("b:1"),
+        op: Op::Acquire("a:1"),
+        expect: Expect::Granted,
+        holder_after: Some("a:1"),
+    },
+    Case {
+        name: "the owner renews its lease",
+        setup: Setup::HeldBy("a:1"),
+        op: Op::Renew("a:1"),
+        expect: Expect::Renewed(true),
+        holder_after: Some("a:1"),
+    },
+    Case {
+        name: "a non-owner cannot renew someone else's lease",
+        setup: Setup::HeldBy("b:1"),
+        op: Op::Renew("a:1"),
+        expect: Expect::Renewed(false),
+        holder_after: Some("b:1"),
+    },
+    Case {
+        name: "an expired lease cannot be renewed, even by its last owner",
+        setup: Setup::ExpiredFrom("a:1"),
+        op: Op::Renew("a:1"),
+        expect: Expect::Renewed(false),
+        holder_after: None,
+    },
+    Case {
+        name: "the same node with a new candidacy id is not the owner",
+        setup: Setup::HeldBy("a:1"),
+        op: Op::Renew("a:2"),
+        expect: Expect::Renewed(false),
+        holder_after: Some("a:1"),
+    },
+    Case {
+        name: "the owner releases its lease",
+        setup: Setup::HeldBy("a:1"),
+        op: Op::Release("a:1"),
+        expect: Expect::Released(true),
+        holder_after: None,
+    },
+    Case {
+        name: "a non-owner cannot release someone else's lease",
+        setup: Setup::HeldBy("b:1"),
+        op: Op::Release("a:1"),
+        expect: Expect::Released(false),
+        holder_after: Some("b:1"),
+    },
 ];
 
 #[tokio::test]
@@ -64,7 +118,11 @@ async fn lease_cases() {
                 Setup::Free => {}
                 Setup::HeldBy(owner) => {
                     let got = lease::acquire(&mut conn, &keys, owner, TTL).await.unwrap();
-                    assert!(matches!(got, Acquired::Granted { .. }), "{}: setup", case.name);
+                    assert!(
+                        matches!(got, Acquired::Granted { .. }),
+                        "{}: setup",
+                        case.name
+                    );
                 }
                 Setup::ExpiredFrom(owner) => {
                     lease::acquire(&mut conn, &keys, owner, TTL).await.unwrap();
@@ -80,30 +138,75 @@ async fn lease_cases() {
             }
             let token_before: Option<u64> = conn.hget(keys.fence(), "token").await.unwrap();
             let got = match case.op {
-                Op::Acquire(owner) => match lease::acquire(&mut conn, &keys, owner, TTL).await.unwrap() {
-                    Acquired::Granted { token } => {
-                        if let Some(before) = token_before {
-                            assert!(token > before, "{}: token {token} not above {before}", case.name);
+                Op::Acquire(owner) => {
+                    match lease::acquire(&mut conn, &keys, owner, TTL).await.unwrap() {
+                        Acquired::Granted { token } => {
+                            if let Some(before) = token_before {
+                                assert!(
+                                    token > before,
+                                    "{}: token {token} not above {before}",
+                                    case.name
+                                );
+                            }
+                            let fence: (u64, String) = redis::cmd("HMGET")
+                                .arg(keys.fence())
+                                .arg("token")
+                                .arg("holder")
+                                .query_async(&mut conn)
+                                .await
+                                .unwrap();
+                            assert_eq!(
+                                fence,
+                                (token, owner.to_string()),
+                                "{}: the fence is raised at term start",
+                                case.name
+                            );
+                            Expect::Granted
                         }
-                        let fence: (u64, String) = redis::cmd("HMGET").arg(keys.fence()).arg("token").arg("holder").query_async(&mut conn).await.unwrap();
-                        assert_eq!(fence, (token, owner.to_string()), "{}: the fence is raised at term start", case.name);
-                        Expect::Granted
+                        Acquired::Held { holder, ttl } => {
+                            assert!(
+                                ttl > Duration::ZERO && ttl <= TTL,
+                                "{}: ttl {ttl:?}",
+                                case.name
+                            );
+                            assert_eq!(
+                                Some(holder.as_str()),
+                                Some(match case.expect {
+                                    Expect::HeldBy(h) => h,
+                                    _ => "?",
+                                }),
+                                "{}",
+                                case.name
+                            );
+                            Expect::HeldBy(match case.expect {
+                                Expect::HeldBy(h) => h,
+                                _ => "?",
+                            })
+                        }
                     }
-                    Acquired::Held { holder, ttl } => {
-                        assert!(ttl > Duration::ZERO && ttl <= TTL, "{}: ttl {ttl:?}", case.name);
-                        assert_eq!(Some(holder.as_str()), Some(match case.expect { Expect::HeldBy(h) => h, _ => "?" }), "{}", case.name);
-                        Expect::HeldBy(match case.expect { Expect::HeldBy(h) => h, _ => "?" })
-                    }
-                },
-                Op::Renew(owner) => Expect::Renewed(lease::renew(&mut conn, &keys, owner, TTL).await.unwrap()),
-                Op::Release(owner) => Expect::Released(lease::release(&mut conn, &keys, owner).await.unwrap()),
+                }
+                Op::Renew(owner) => {
+                    Expect::Renewed(lease::renew(&mut conn, &keys, owner, TTL).await.unwrap())
+                }
+                Op::Release(owner) => {
+                    Expect::Released(lease::release(&mut conn, &keys, owner).await.unwrap())
+                }
             };
             assert_eq!(got, case.expect, "case: {}", case.name);
             let holder: Option<String> = conn.get(keys.lease()).await.unwrap();
-            assert_eq!(holder.as_deref(), case.holder_after, "case: {}: holder afterwards", case.name);
+            assert_eq!(
+                holder.as_deref(),
+                case.holder_after,
+                "case: {}: holder afterwards",
+                case.name
+            );
             if let (Some(_), Op::Renew(_)) = (case.holder_after, case.op) {
                 let pttl: i64 = conn.pttl(keys.lease()).await.unwrap();
-                assert!(pttl > 0 && pttl as u128 <= TTL.as_millis(), "case: {}: pttl {pttl}", case.name);
+                assert!(
+                    pttl > 0 && pttl as u128 <= TTL.as_millis(),
+                    "case: {}: pttl {pttl}",
+                    case.name
+                );
             }
         }
     })

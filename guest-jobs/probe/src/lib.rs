@@ -50,12 +50,14 @@ impl Guest for Probe {
             Ok(s) => format!("fs-read: ok {}", s.trim()),
             Err(e) => format!("fs-read: error {e}"),
         });
-        out.push(match store::write("probe/value", format!("step {step}").as_bytes()) {
-            Ok(()) => "store: ok".to_string(),
-            Err(store::WriteError::Fenced(m)) => format!("store: fenced {m}"),
-            Err(store::WriteError::NotLeader) => "store: not-leader".to_string(),
-            Err(e) => format!("store: error {e:?}"),
-        });
+        out.push(
+            match store::write("probe/value", format!("step {step}").as_bytes()) {
+                Ok(()) => "store: ok".to_string(),
+                Err(store::WriteError::Fenced(m)) => format!("store: fenced {m}"),
+                Err(store::WriteError::NotLeader) => "store: not-leader".to_string(),
+                Err(e) => format!("store: error {e:?}"),
+            },
+        );
         out.push(match store::write("../escape", b"x") {
             Ok(()) => "escape: ok".to_string(),
             Err(store::WriteError::InvalidKey(m)) => format!("escape: invalid-key {m}"),

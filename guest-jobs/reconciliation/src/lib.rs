@@ -65,7 +65,10 @@ fn put(key: &str, value: &[u8]) -> Result<(), JobError> {
             }
             Err(store::WriteError::Unavailable(why)) if tries < 3 => {
                 tries += 1;
-                log(Level::Warn, &format!("write of {key} failed ({why}); retrying"));
+                log(
+                    Level::Warn,
+                    &format!("write of {key} failed ({why}); retrying"),
+                );
             }
             Err(store::WriteError::Unavailable(why)) => {
                 return Err(JobError::NotReady(format!("store unavailable: {why}")));
@@ -138,11 +141,24 @@ fn text_report(period: &str, totals: &Totals, parts: u32) -> Result<String, JobE
             out.push('\n');
         }
         if total as usize > lines.len() {
-            out.push_str(&format!("  ... and {} more\n", total as usize - lines.len()));
+            out.push_str(&format!(
+                "  ... and {} more\n",
+                total as usize - lines.len()
+            ));
         }
     };
-    section(&mut out, "Amount mismatches", &mismatches, totals.amount_mismatches);
-    section(&mut out, "Missing in ledger", &missing_ledger, totals.missing_in_ledger);
+    section(
+        &mut out,
+        "Amount mismatches",
+        &mismatches,
+        totals.amount_mismatches,
+    );
+    section(
+        &mut out,
+        "Missing in ledger",
+        &missing_ledger,
+        totals.missing_in_ledger,
+    );
     Ok(out)
 }
 
@@ -190,9 +206,10 @@ impl Guest for Reconciliation {
         let period = run.period.as_str();
         let bank_csv = read_input(period, "bank.csv")?;
         let ledger_csv = read_input(period, "ledger.csv")?;
-        let bank = parse_entries(&bank_csv, "bank.csv").map_err(|e| JobError::Failed(e.to_string()))?;
-        let ledger =
-            parse_entries(&ledger_csv, "ledger.csv").map_err(|e| JobError::Failed(e.to_string()))?;
+        let bank =
+            parse_entries(&bank_csv, "bank.csv").map_err(|e| JobError::Failed(e.to_string()))?;
+        let ledger = parse_entries(&ledger_csv, "ledger.csv")
+            .map_err(|e| JobError::Failed(e.to_string()))?;
         let fingerprint = input_fingerprint(&bank_csv, &ledger_csv, DEFAULT_TOLERANCE_DAYS);
         let mut progress = match state {
             None => {
@@ -208,8 +225,9 @@ impl Guest for Reconciliation {
                         "the input files for {period} changed after the run started; a run never mixes inputs"
                     )));
                 }
-                p.check(bank.len(), ledger.len())
-                    .map_err(|e| JobError::Failed(format!("checkpoint does not fit the inputs: {e}")))?;
+                p.check(bank.len(), ledger.len()).map_err(|e| {
+                    JobError::Failed(format!("checkpoint does not fit the inputs: {e}"))
+                })?;
                 p
             }
         };
@@ -239,7 +257,11 @@ impl Guest for Reconciliation {
         let missing = missing_in_bank(&ledger, &progress);
         put_json(&format!("report/{period}/missing-in-bank"), &missing)?;
         let mut text = text_report(period, &totals, step)?;
-        text.push_str(&missing_in_bank_text(&ledger, &progress, totals.missing_in_bank));
+        text.push_str(&missing_in_bank_text(
+            &ledger,
+            &progress,
+            totals.missing_in_bank,
+        ));
         put(&format!("report/{period}/text"), text.as_bytes())?;
         put_json(
             &format!("report/{period}"),
