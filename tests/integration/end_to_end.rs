@@ -214,3 +214,101 @@ async fn the_sample_day_is_reconciled_exactly_once() {
     })
     .await;
 }
+
+/// Writes what a leader that died after step 1 (two chunks of four lines) leaves behind: a
+/// `running` record at step 2, its checkpoint, and the report parts of steps 0 and 1. The
+/// state is made natively with the same `recon-core` code the guest runs.
+async fn leave_a_run_half_done(c: &mut redis::aio::MultiplexedConnection) {
+    let sample = repo_root().join(format!("guest-jobs/reconciliation/sample/{PERIOD}"));
+    let bank_csv = std::fs::read_to_string(sample.join("bank.csv")).unwrap();
+    let ledger_csv = std::fs::read_to_string(sample.join("ledger.csv")).unwrap();
+    let bank = recon_core::parse_entries(&bank_csv, "bank.csv").unwrap();
+    let ledger = recon_core::parse_entries(&ledger_csv, "ledger.csv").unwrap();
+    let mut progress = recon_core::Progress::new(ledger.len());
+    progress.fingerprint =
+        recon_core::input_fingerprint(&bank_csv, &ledger_csv, recon_core::DEFAULT_TOLERANCE_DAYS);
+    let mut matcher = recon_core::Matcher::new(&ledger, recon_core::DEFAULT_TOLERANCE_DAYS);
+    for step in 0..2 {
+        let chunk = recon_core::reconcile_chunk(&bank, &ledger, &mut matcher, &mut progress, 4);
+        let key = format!("lh:{{reconciliation}}:data:report/{PERIOD}/part-{step}");
+        let _: () = c
+            .set(key, serde_json::to_vec(&chunk).unwrap())
+            .await
+            .unwrap();
+    }
+    let record = serde_json::json!({
+        "period": PERIOD, "scheduled_at": "2026-11-27T02:30:00+00:00", "status": "running", "step": 2,
+        "attempt": 1, "token": 7, "node": "crashed-node", "component": "sha256:earlier",
+        "started_at": "2026-11-27T02:30:00.000Z", "updated_at": "2026-11-27T02:30:01.000Z",
+    });
+    let _: () = c.set(RUN_KEY, record.to_string()).await.unwrap();
+    let _: () = c
+        .set(
+            format!("lh:{{reconciliation}}:ckpt:{PERIOD}"),
+            progress.to_bytes(),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_run_left_half_done_resumes_from_its_checkpoint() {
+    deadline(Duration::from_secs(240), async {
+        let redis = RedisServer::start().await;
+        let mut c = redis.conn().await;
+        leave_a_run_half_done(&mut c).await;
+        let dir = setup();
+        let host = start_host(&dir, &redis, "n3");
+        host.wait_for_log("became leader", Duration::from_secs(60))
+            .await;
+        assert!(trigger(&redis).contains("requested a run"));
+        let record = wait_for(
+            "the resumed run to be done",
+            Duration::from_secs(60),
+            || {
+                let mut c = c.clone();
+                async move { run_record(&mut c).await.filter(|r| r["status"] == "done") }
+            },
+        )
+        .await;
+        assert_eq!(record["node"], "n3");
+        assert_eq!(record["attempt"], 1, "a resumed run keeps its attempt");
+        assert_eq!(record["started_at"], "2026-11-27T02:30:00.000Z");
+        assert_eq!(record["step"], 4);
+        let resumed = host
+            .wait_for_log("resuming run from its checkpoint", Duration::from_secs(5))
+            .await;
+        assert!(
+            resumed.contains("\"step\":2")
+                && resumed.contains("\"previous_node\":\"crashed-node\""),
+            "{resumed}"
+        );
+        // Only the remaining statement lines were processed on this node.
+        let chunks = host.log_lines_with("statement lines");
+        assert_eq!(chunks.len(), 1, "{chunks:?}");
+        assert!(
+            chunks[0].contains("statement lines 8..12 of 12"),
+            "{chunks:?}"
+        );
+        // And the report is the same as a run from scratch.
+        let summary: String = c
+            .get("lh:{reconciliation}:data:report/2026-11-27")
+            .await
+            .unwrap();
+        let summary: Value = serde_json::from_str(&summary).unwrap();
+        assert_eq!(summary["totals"]["matched"], 10);
+        assert_eq!(summary["totals"]["amount_mismatches"], 1);
+        assert_eq!(summary["totals"]["missing_in_ledger"], 1);
+        assert_eq!(summary["totals"]["missing_in_bank"], 2);
+        assert_eq!(summary["totals"]["net_difference_cents"], -127000);
+        let text: String = c
+            .get("lh:{reconciliation}:data:report/2026-11-27/text")
+            .await
+            .unwrap();
+        assert!(
+            text.contains("BNK-004") && text.contains("BNK-008"),
+            "{text}"
+        );
+    })
+    .await;
+}
