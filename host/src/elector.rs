@@ -14,13 +14,23 @@
 //! every clone of it, so the runner's guest sees `still-leader() == false` at once.
 //!
 //! **Non-guarantees.** Election does not stop a paused process from *believing* it leads after
-//! it wakes; the fence does (see [`crate::fence`]). Followers currently wake at the observed
-//! lease expiry (crash failover ≈ one TTL); a released lease is noticed at the same time.
+//! it wakes; the fence does (see [`crate::fence`]).
+//!
+//! **Failover speed.** Followers wake at the lease expiry they observed (crash failover ≈ one
+//! TTL) and at once when the lease is released: the release script publishes on the job's
+//! channel, and [`listen_for_releases`] wakes the job's elector (graceful handover ≈ one round
+//! trip). If the notice is lost (the pub/sub connection dropped), the follower still wakes at
+//! the observed expiry.
 //!
 //! Electors run on their own single-threaded runtime with their own Redis connection
 //! ([`LeaseRuntime`]), so renewals never wait behind guest execution or step writes.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use tokio::sync::Notify;
 
 use redis::aio::ConnectionManager;
 use tokio::sync::watch;
@@ -130,6 +140,48 @@ pub struct Elector {
     pub timing: Timing,
     /// The job's keys.
     pub keys: JobKeys,
+    /// Signalled when the job's lease is released (see [`listen_for_releases`]).
+    pub released: Arc<Notify>,
+}
+
+/// Subscribes to the release channel of every job in `jobs` (channel → notify) and wakes the
+/// job's elector on each notice, until `stop` turns true. Reconnects after a lost connection.
+pub async fn listen_for_releases(
+    client: redis::Client,
+    jobs: HashMap<String, Arc<Notify>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut warned = false;
+    while !*stop.borrow() {
+        let listen = async {
+            let mut pubsub = client.get_async_pubsub().await?;
+            for channel in jobs.keys() {
+                pubsub.subscribe(channel).await?;
+            }
+            warned = false;
+            let mut messages = pubsub.on_message();
+            while let Some(msg) = messages.next().await {
+                if let Some(n) = jobs.get(msg.get_channel_name()) {
+                    n.notify_one();
+                }
+            }
+            Ok::<_, redis::RedisError>(())
+        };
+        tokio::select! {
+            r = listen => {
+                if !warned {
+                    warn!("release notices interrupted ({}); followers fall back to lease expiry until reconnected",
+                        r.err().map(|e| e.to_string()).unwrap_or_else(|| "connection closed".into()));
+                    warned = true;
+                }
+            }
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
 }
 
 /// Why a term ended.
@@ -165,7 +217,7 @@ impl Elector {
             let wait = match acquired {
                 Ok(Ok(Acquired::Granted { token })) => {
                     let term = Term::new(token, owner.clone(), sent + self.timing.leader_window());
-                    info!(job, node, token, ttl = %show(lease_ttl), "became leader");
+                    info!(job, node, token, owner = %owner, ttl = %show(lease_ttl), "became leader");
                     role.send_replace(Role::Leader(term.clone()));
                     let ended = self.lead(&mut conn, &term, &mut resign).await;
                     term.end();
@@ -229,6 +281,7 @@ impl Elector {
             };
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
+                _ = self.released.notified() => {}
                 _ = resign.wait_for(|r| *r) => {}
             }
         }

@@ -10,6 +10,9 @@
 //! | `lh:{job}:run:<period>` | string (JSON) | fenced write (runner) | the run record of one period |
 //! | `lh:{job}:ckpt:<period>` | string (bytes) | fenced write (runner), with the run record | the state the next step resumes from |
 //! | `lh:{job}:requests` | set | `leasehold trigger` | periods asked for by an operator |
+//!
+//! Channel `lh:{job}:released` (pub/sub, not a key): the release script publishes the old
+//! owner there, so followers campaign at once instead of waiting for the TTL.
 
 /// The keys of one job. Cheap to clone; built once per job.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,6 +56,11 @@ impl JobKeys {
     /// The checkpoint (state for the next step) of a period's run.
     pub fn checkpoint(&self, period: &str) -> String {
         format!("{}ckpt:{period}", self.prefix)
+    }
+
+    /// Pub/sub channel announcing that the lease was released.
+    pub fn released_channel(&self) -> String {
+        format!("{}released", self.prefix)
     }
 
     /// Periods requested by operators (`leasehold trigger`).

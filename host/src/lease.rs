@@ -5,7 +5,8 @@
 //!   microseconds (`TIME`). The script also raises the fence to the new token with the new
 //!   owner as holder, so the term is fenced *when it starts*, before any step runs (I2).
 //! * **Renew** extends the TTL only if the lease still holds this owner.
-//! * **Release** deletes the lease only if it still holds this owner.
+//! * **Release** deletes the lease only if it still holds this owner, and publishes the old
+//!   owner on `lh:{job}:released` so that followers campaign at once.
 //!
 //! **Why tokens never go backwards (I8).** While the counter or the fence survives, the new
 //! token is above both. When Redis loses both (a restart without persistence), the clock floor
@@ -69,9 +70,10 @@ return {0, holder or ''}
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
--- KEYS: lease.  ARGV: owner.
+-- KEYS: lease.  ARGV: owner, release channel.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], ARGV[1])
   return 1
 end
 return 0
@@ -152,7 +154,8 @@ pub async fn renew<C: ConnectionLike>(
     Ok(ok == 1)
 }
 
-/// Deletes the lease if `owner` still holds it; `Ok(false)` if it was not ours any more.
+/// Deletes the lease if `owner` still holds it and announces it on the job's release channel
+/// (followers campaign at once); `Ok(false)` if it was not ours any more.
 pub async fn release<C: ConnectionLike>(
     conn: &mut C,
     keys: &JobKeys,
@@ -161,6 +164,7 @@ pub async fn release<C: ConnectionLike>(
     let released: i64 = RELEASE
         .key(keys.lease())
         .arg(owner)
+        .arg(keys.released_channel())
         .invoke_async(conn)
         .await?;
     Ok(released == 1)

@@ -91,6 +91,7 @@ pub async fn run(
     };
 
     let (stop_runners, runners_stop) = watch::channel(false);
+    let mut release_notices = HashMap::new();
     let (resign, resigned) = watch::channel(false);
     let mut electors = Vec::new();
     let mut runners = Vec::new();
@@ -108,11 +109,15 @@ pub async fn run(
         };
         let (role_tx, role_rx) = watch::channel(Role::Candidate);
         roles.insert(name.clone(), role_rx.clone());
+        let keys = JobKeys::new(&name);
+        let released = Arc::new(tokio::sync::Notify::new());
+        release_notices.insert(keys.released_channel(), released.clone());
         let elector = Elector {
             job: name.clone(),
             node: node.clone(),
             timing: cfg.timing,
-            keys: JobKeys::new(&name),
+            keys,
+            released,
         };
         electors.push(leases.handle().spawn(elector.run(
             lease_conn.clone(),
@@ -129,6 +134,12 @@ pub async fn run(
         };
         runners.push(tokio::spawn(runner.run(role_rx, runners_stop.clone())));
     }
+    let client = redis::Client::open(cfg.redis_url.as_str())?;
+    let listener = leases.handle().spawn(crate::elector::listen_for_releases(
+        client,
+        release_notices,
+        resigned.clone(),
+    ));
     info!(node = %node, jobs = roles.len(), ttl = %crate::config::show(cfg.timing.lease_ttl), heartbeat = %crate::config::show(cfg.timing.heartbeat), "node started");
 
     shutdown.await;
@@ -147,6 +158,7 @@ pub async fn run(
             warn!(node = %node, "an elector did not stop in time");
         }
     }
+    let _ = listener.await;
     drop(leases);
     info!(node = %node, "stopped");
     Ok(())

@@ -1,12 +1,14 @@
 //! Electors as in-process tasks against a real Redis: exactly one leader, and a takeover with
 //! a higher token when the leader's lease expires.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::config::Timing;
-use leasehold::elector::{Elector, Role};
+use leasehold::elector::{Elector, Role, listen_for_releases};
 use leasehold::keys::JobKeys;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use crate::harness::{RedisServer, deadline, wait_for};
 
@@ -24,7 +26,7 @@ async fn one_of_three_leads_and_a_follower_takes_over_with_a_higher_token() {
             let conn = redis::aio::ConnectionManager::new(redis.client()).await.unwrap();
             let (role_tx, role_rx) = watch::channel(Role::Candidate);
             let (resign_tx, resign_rx) = watch::channel(false);
-            let elector = Elector { job: "recon".into(), node: format!("n{i}"), timing, keys: JobKeys::new("recon") };
+            let elector = Elector { job: "recon".into(), node: format!("n{i}"), timing, keys: JobKeys::new("recon"), released: Arc::new(Notify::new()) };
             let task = tokio::spawn(elector.run(conn, role_tx, resign_rx));
             nodes.push((task, role_rx, resign_tx));
         }
@@ -65,6 +67,49 @@ async fn one_of_three_leads_and_a_follower_takes_over_with_a_higher_token() {
             async move { stopped.then_some(()) }
         })
         .await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_resigning_leader_hands_over_without_waiting_for_the_ttl() {
+    // The lease lives 60 s; the test's whole deadline is 20 s. Only the release notice can
+    // make the follower lead in time.
+    deadline(Duration::from_secs(20), async {
+        let redis = RedisServer::start().await;
+        let timing = Timing::new(Duration::from_secs(60), Duration::from_secs(5), None, None).unwrap();
+        let keys = JobKeys::new("handover");
+        let mut nodes = Vec::new();
+        for i in 0..2 {
+            let conn = redis::aio::ConnectionManager::new(redis.client()).await.unwrap();
+            let released = Arc::new(Notify::new());
+            let (stop_tx, stop_rx) = watch::channel(false);
+            let channels = HashMap::from([(keys.released_channel(), released.clone())]);
+            tokio::spawn(listen_for_releases(redis.client(), channels, stop_rx));
+            let (role_tx, role_rx) = watch::channel(Role::Candidate);
+            let (resign_tx, resign_rx) = watch::channel(false);
+            let elector = Elector { job: "handover".into(), node: format!("n{i}"), timing, keys: keys.clone(), released };
+            tokio::spawn(elector.run(conn, role_tx, resign_rx));
+            // Let n0 win before n1 starts, so that n1 is the follower.
+            if i == 0 {
+                let mut r = role_rx.clone();
+                tokio::time::timeout(Duration::from_secs(5), r.wait_for(|r| r.term().is_some())).await.expect("n0 leads").unwrap();
+            }
+            nodes.push((role_rx, resign_tx, stop_tx));
+        }
+        wait_for("n1 to follow", Duration::from_secs(5), || {
+            let following = matches!(&*nodes[1].0.borrow(), Role::Follower { .. });
+            async move { following.then_some(()) }
+        })
+        .await;
+        let first = leader_token(&nodes[0].0).unwrap();
+        nodes[0].1.send_replace(true);
+        let second = wait_for("n1 to lead after n0 resigned", Duration::from_secs(10), || {
+            let t = leader_token(&nodes[1].0);
+            async move { t }
+        })
+        .await;
+        assert!(second > first);
     })
     .await;
 }
