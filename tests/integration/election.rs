@@ -77,23 +77,35 @@ async fn a_resigning_leader_hands_over_without_waiting_for_the_ttl() {
     // make the follower lead in time.
     deadline(Duration::from_secs(20), async {
         let redis = RedisServer::start().await;
-        let timing = Timing::new(Duration::from_secs(60), Duration::from_secs(5), None, None).unwrap();
+        let timing =
+            Timing::new(Duration::from_secs(60), Duration::from_secs(5), None, None).unwrap();
         let keys = JobKeys::new("handover");
         let mut nodes = Vec::new();
         for i in 0..2 {
-            let conn = redis::aio::ConnectionManager::new(redis.client()).await.unwrap();
+            let conn = redis::aio::ConnectionManager::new(redis.client())
+                .await
+                .unwrap();
             let released = Arc::new(Notify::new());
             let (stop_tx, stop_rx) = watch::channel(false);
             let channels = HashMap::from([(keys.released_channel(), released.clone())]);
             tokio::spawn(listen_for_releases(redis.client(), channels, stop_rx));
             let (role_tx, role_rx) = watch::channel(Role::Candidate);
             let (resign_tx, resign_rx) = watch::channel(false);
-            let elector = Elector { job: "handover".into(), node: format!("n{i}"), timing, keys: keys.clone(), released };
+            let elector = Elector {
+                job: "handover".into(),
+                node: format!("n{i}"),
+                timing,
+                keys: keys.clone(),
+                released,
+            };
             tokio::spawn(elector.run(conn, role_tx, resign_rx));
             // Let n0 win before n1 starts, so that n1 is the follower.
             if i == 0 {
                 let mut r = role_rx.clone();
-                tokio::time::timeout(Duration::from_secs(5), r.wait_for(|r| r.term().is_some())).await.expect("n0 leads").unwrap();
+                tokio::time::timeout(Duration::from_secs(5), r.wait_for(|r| r.term().is_some()))
+                    .await
+                    .expect("n0 leads")
+                    .unwrap();
             }
             nodes.push((role_rx, resign_tx, stop_tx));
         }
@@ -104,10 +116,14 @@ async fn a_resigning_leader_hands_over_without_waiting_for_the_ttl() {
         .await;
         let first = leader_token(&nodes[0].0).unwrap();
         nodes[0].1.send_replace(true);
-        let second = wait_for("n1 to lead after n0 resigned", Duration::from_secs(10), || {
-            let t = leader_token(&nodes[1].0);
-            async move { t }
-        })
+        let second = wait_for(
+            "n1 to lead after n0 resigned",
+            Duration::from_secs(10),
+            || {
+                let t = leader_token(&nodes[1].0);
+                async move { t }
+            },
+        )
         .await;
         assert!(second > first);
     })

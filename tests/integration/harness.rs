@@ -264,6 +264,34 @@ impl HostProcess {
         }
     }
 
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .map(|s| s.success());
+        assert!(
+            matches!(ok, Ok(true)),
+            "kill {sig} {} failed",
+            self.child.id()
+        );
+    }
+
+    /// SIGKILL: the process dies at once, releasing nothing.
+    pub fn kill(&mut self) {
+        self.signal("-KILL");
+        let _ = self.child.wait();
+    }
+
+    /// SIGSTOP: the whole process freezes (a long GC pause, a stalled VM).
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT: the frozen process carries on where it stopped.
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
     /// Sends SIGTERM and waits (up to `limit`) for the process to exit; returns its success.
     pub async fn terminate(&mut self, limit: Duration) -> bool {
         let _ = Command::new("kill")
@@ -287,6 +315,10 @@ impl HostProcess {
 
 impl Drop for HostProcess {
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.child.id().to_string()])
+            .stderr(Stdio::null())
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

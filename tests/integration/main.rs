@@ -20,8 +20,14 @@ mod config;
 // Guest containment: the only way a guest changes anything is the fenced import.
 mod containment;
 
+// A history of applied writes (Redis MONITOR) and the fencing checker.
+mod history;
+
 // Election between in-process electors: one leader, takeover with a higher token.
 mod election;
 
 // End to end: a `leasehold run` process reconciles the sample day exactly once.
 mod end_to_end;
+
+// Three replicas: crash (SIGKILL), zombie (SIGSTOP/SIGCONT) and graceful (SIGTERM) mid-run.
+mod failover;

@@ -1,0 +1,274 @@
+//! The reference scenario between real `leasehold` processes: three replicas, a run long
+//! enough to be interrupted (generated statement of a few thousand lines per step), and the
+//! leader crashed, frozen, or stopped gracefully mid-run. Every scenario checks the history
+//! Redis applied (see [`crate::history`]) and that the period has exactly one result.
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use serde_json::Value;
+
+use crate::harness::{
+    HostProcess, RedisServer, TempDir, deadline, guests, leasehold_bin, wait_for,
+};
+use crate::history::{self, Recorder};
+
+const PERIOD: &str = "2026-11-27";
+const RUN_KEY: &str = "lh:{reconciliation}:run:2026-11-27";
+
+struct Cluster {
+    dir: TempDir,
+    redis: RedisServer,
+    hosts: Vec<HostProcess>,
+    expected: recon_core::Totals,
+}
+
+impl Cluster {
+    /// Three replicas with the reconciliation job on a generated day of `rows` lines.
+    async fn start(name: &str, rows: usize, ttl: &str, heartbeat: &str) -> Self {
+        let dir = TempDir::new(name);
+        std::fs::create_dir_all(dir.join("jobs")).unwrap();
+        std::fs::copy(
+            guests().wasm("reconciliation"),
+            dir.join("jobs/reconciliation.wasm"),
+        )
+        .unwrap();
+        let day = dir.join(&format!("data/reconciliation/{PERIOD}"));
+        std::fs::create_dir_all(&day).unwrap();
+        let generated = recon_core::generate_on(rows, 7, recon_core::parse_date(PERIOD).unwrap());
+        std::fs::write(day.join("bank.csv"), &generated.bank_csv).unwrap();
+        std::fs::write(day.join("ledger.csv"), &generated.ledger_csv).unwrap();
+        let redis = RedisServer::start().await;
+        let mut hosts = Vec::new();
+        for i in 0..3 {
+            let (jobs, data) = (dir.join("jobs"), dir.join("data"));
+            hosts.push(HostProcess::start(&[
+                "run",
+                "--redis-url",
+                &redis.url(),
+                "--jobs-dir",
+                jobs.to_str().unwrap(),
+                "--data-dir",
+                data.to_str().unwrap(),
+                "--node-id",
+                &format!("n{i}"),
+                "--lease-ttl",
+                ttl,
+                "--heartbeat",
+                heartbeat,
+            ]));
+        }
+        Cluster {
+            dir,
+            redis,
+            hosts,
+            expected: generated.expected,
+        }
+    }
+
+    /// The index of the host that logged `needle` (waits up to `limit`), skipping `except`.
+    async fn host_logging(&self, needle: &str, except: Option<usize>, limit: Duration) -> usize {
+        wait_for(&format!("a host to log {needle:?}"), limit, || {
+            let found = (0..self.hosts.len())
+                .filter(|i| Some(*i) != except)
+                .find(|i| !self.hosts[*i].log_lines_with(needle).is_empty());
+            async move { found }
+        })
+        .await
+    }
+
+    fn trigger(&self) {
+        let out = std::process::Command::new(leasehold_bin())
+            .args([
+                "trigger",
+                "reconciliation",
+                "--period",
+                PERIOD,
+                "--redis-url",
+                &self.redis.url(),
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    async fn record(&self) -> Option<Value> {
+        let mut c = self.redis.conn().await;
+        let raw: Option<String> = c.get(RUN_KEY).await.unwrap();
+        raw.map(|r| serde_json::from_str(&r).unwrap())
+    }
+
+    async fn wait_done(&self, limit: Duration) -> Value {
+        wait_for("the run to be done", limit, || async {
+            self.record().await.filter(|r| r["status"] == "done")
+        })
+        .await
+    }
+
+    /// Waits until the leader `i` has finished `steps` steps of the run.
+    async fn wait_steps(&self, i: usize, steps: usize, limit: Duration) {
+        wait_for(&format!("n{i} to finish {steps} steps"), limit, || {
+            let n = self.hosts[i].log_lines_with("\"step done\"").len();
+            async move { (n >= steps).then_some(()) }
+        })
+        .await;
+    }
+
+    /// The report's totals equal the generator's, and the history holds exactly one `done`.
+    async fn assert_one_correct_result(&self, recorder: &Recorder) -> history::History {
+        let mut c = self.redis.conn().await;
+        let summary: String = c
+            .get(format!("lh:{{reconciliation}}:data:report/{PERIOD}"))
+            .await
+            .unwrap();
+        let summary: Value = serde_json::from_str(&summary).unwrap();
+        let totals: recon_core::Totals = serde_json::from_value(summary["totals"].clone()).unwrap();
+        assert_eq!(totals, self.expected, "report totals");
+        let history =
+            history::check(&recorder.lines()).unwrap_or_else(|v| panic!("fencing violated:\n{v}"));
+        assert_eq!(
+            history.done_records("reconciliation", PERIOD).len(),
+            1,
+            "exactly one done record"
+        );
+        history
+    }
+}
+
+fn owner_of(line: &str) -> String {
+    let v: Value = serde_json::from_str(line).unwrap();
+    v["owner"].as_str().unwrap().to_string()
+}
+
+fn token_of(line: &str) -> u64 {
+    let v: Value = serde_json::from_str(line).unwrap();
+    v["token"].as_u64().unwrap()
+}
+
+#[tokio::test]
+async fn a_crashed_leader_is_replaced_and_the_run_finishes_from_its_checkpoint() {
+    deadline(Duration::from_secs(300), async {
+        let cluster = Cluster::start("crash", 30_000, "1s", "200ms").await;
+        let recorder = Recorder::start(&cluster.redis).await;
+        let first = cluster
+            .host_logging("became leader", None, Duration::from_secs(60))
+            .await;
+        let first_token = token_of(&cluster.hosts[first].log_lines_with("became leader")[0]);
+        cluster.trigger();
+        cluster.wait_steps(first, 3, Duration::from_secs(120)).await;
+        let mut cluster = cluster;
+        cluster.hosts[first].kill();
+
+        let second = cluster
+            .host_logging("became leader", Some(first), Duration::from_secs(30))
+            .await;
+        let record = cluster.wait_done(Duration::from_secs(120)).await;
+        assert_eq!(record["node"], format!("n{second}"));
+        let second_token = record["token"].as_u64().unwrap();
+        assert!(
+            second_token > first_token,
+            "{second_token} must exceed {first_token}"
+        );
+        let resumed = cluster.hosts[second]
+            .wait_for_log("resuming run from its checkpoint", Duration::from_secs(5))
+            .await;
+        let resumed: Value = serde_json::from_str(&resumed).unwrap();
+        assert!(resumed["step"].as_u64().unwrap() >= 3, "{resumed}");
+        assert_eq!(resumed["previous_node"], format!("n{first}"));
+        let history = cluster.assert_one_correct_result(&recorder).await;
+        // Both terms wrote; the second never overlapped the first.
+        assert!(history.applied.iter().any(|a| a.token == first_token));
+        assert!(history.applied.iter().any(|a| a.token == second_token));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_frozen_leader_wakes_as_a_zombie_and_changes_nothing() {
+    deadline(Duration::from_secs(300), async {
+        let cluster = Cluster::start("zombie", 30_000, "1s", "200ms").await;
+        let recorder = Recorder::start(&cluster.redis).await;
+        let first = cluster
+            .host_logging("became leader", None, Duration::from_secs(60))
+            .await;
+        let first_token = token_of(&cluster.hosts[first].log_lines_with("became leader")[0]);
+        cluster.trigger();
+        cluster.wait_steps(first, 2, Duration::from_secs(120)).await;
+        cluster.hosts[first].pause();
+
+        let second = cluster
+            .host_logging("became leader", Some(first), Duration::from_secs(30))
+            .await;
+        let second_token = token_of(&cluster.hosts[second].log_lines_with("became leader")[0]);
+        assert!(second_token > first_token);
+        cluster.hosts[second]
+            .wait_for_log("resuming run from its checkpoint", Duration::from_secs(30))
+            .await;
+        // Wake the zombie while its successor is mid-run.
+        cluster.hosts[first].resume();
+        cluster.hosts[first]
+            .wait_for_log("stopped leading", Duration::from_secs(30))
+            .await;
+
+        let record = cluster.wait_done(Duration::from_secs(120)).await;
+        assert_eq!(record["node"], format!("n{second}"));
+        let history = cluster.assert_one_correct_result(&recorder).await;
+        // Nothing of the zombie's term was applied after its successor's term began.
+        let first_owner = owner_of(&cluster.hosts[first].log_lines_with("became leader")[0]);
+        let (takeover, _, _) = history
+            .terms
+            .iter()
+            .find(|(_, t, _)| *t == second_token)
+            .expect("second term in history");
+        let late: Vec<_> = history
+            .applied
+            .iter()
+            .filter(|a| a.at > *takeover && a.owner == first_owner)
+            .collect();
+        assert!(
+            late.is_empty(),
+            "zombie writes applied after the takeover: {late:?}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_leader_stopped_with_sigterm_hands_over_without_waiting_for_its_lease() {
+    // A 60 s lease and a 45 s test budget for the handover: only the release can do it.
+    deadline(Duration::from_secs(300), async {
+        let cluster = Cluster::start("graceful", 30_000, "60s", "5s").await;
+        let recorder = Recorder::start(&cluster.redis).await;
+        let first = cluster
+            .host_logging("became leader", None, Duration::from_secs(60))
+            .await;
+        cluster.trigger();
+        cluster.wait_steps(first, 2, Duration::from_secs(120)).await;
+        let mut cluster = cluster;
+        assert!(
+            cluster.hosts[first]
+                .terminate(Duration::from_secs(20))
+                .await,
+            "exit status"
+        );
+        assert_eq!(
+            cluster.hosts[first].log_lines_with("released lease").len(),
+            1
+        );
+        let second = cluster
+            .host_logging("became leader", Some(first), Duration::from_secs(45))
+            .await;
+        let record = cluster.wait_done(Duration::from_secs(120)).await;
+        assert_eq!(record["node"], format!("n{second}"));
+        cluster.hosts[second]
+            .wait_for_log("resuming run from its checkpoint", Duration::from_secs(5))
+            .await;
+        cluster.assert_one_correct_result(&recorder).await;
+        let _ = &cluster.dir;
+    })
+    .await;
+}

@@ -1,0 +1,236 @@
+//! A history of what Redis actually applied, recorded with `MONITOR`, and a checker for the
+//! fencing invariants over it.
+//!
+//! Redis executes commands one at a time and `MONITOR` reports them in that order, including
+//! the commands a script runs (as `[… lua]` lines right after the script's own line). So the
+//! history says, for every applied write of a job's data, run records or checkpoints, which
+//! term (owner, token) made it and what the fence held at that moment.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use futures_util::StreamExt;
+
+use crate::harness::RedisServer;
+
+/// Records every command the server executes, from `start` until dropped.
+pub struct Recorder {
+    lines: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Recorder {
+    /// Starts `MONITOR` on `redis`.
+    pub async fn start(redis: &RedisServer) -> Self {
+        let monitor = redis.client().get_async_monitor().await.expect("MONITOR");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        let task = tokio::spawn(async move {
+            let mut stream = monitor.into_on_message::<String>();
+            while let Some(line) = stream.next().await {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Recorder { lines, task }
+    }
+
+    /// Every line so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// One write that Redis applied inside a fenced-write script.
+#[derive(Debug, Clone)]
+pub struct Applied {
+    /// The full key.
+    pub key: String,
+    /// The value (for `SET`), empty for `DEL`.
+    pub value: String,
+    /// The writing term's owner.
+    pub owner: String,
+    /// The writing term's token.
+    pub token: u64,
+    /// Position in the recorded history.
+    pub at: usize,
+}
+
+/// What the checker found.
+#[derive(Debug, Default)]
+pub struct History {
+    /// Every term start (fence raised by the acquire script): position, token, owner.
+    pub terms: Vec<(usize, u64, String)>,
+    /// Every applied fenced write, in order.
+    pub applied: Vec<Applied>,
+}
+
+impl History {
+    /// Applied writes of the run record of `period` that recorded it as done.
+    pub fn done_records(&self, job: &str, period: &str) -> Vec<&Applied> {
+        let key = format!("lh:{{{job}}}:run:{period}");
+        self.applied
+            .iter()
+            .filter(|a| a.key == key && a.value.contains("\"status\":\"done\""))
+            .collect()
+    }
+}
+
+/// Splits a MONITOR line into its source (`lua` or a client address) and its arguments.
+fn parse(line: &str) -> Option<(bool, Vec<String>)> {
+    let open = line.find('[')?;
+    let close = open + line[open..].find(']')?;
+    let from_lua = line[open..close].ends_with(" lua");
+    let mut args = Vec::new();
+    let mut chars = line[close + 1..].chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '"' {
+            continue;
+        }
+        let mut arg = String::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '"' => break,
+                '\\' => match chars.next() {
+                    Some('n') => arg.push('\n'),
+                    Some('r') => arg.push('\r'),
+                    Some('t') => arg.push('\t'),
+                    Some('x') => {
+                        let hex: String = chars.by_ref().take(2).collect();
+                        arg.push(u8::from_str_radix(&hex, 16).map(char::from).unwrap_or('?'));
+                    }
+                    Some(other) => arg.push(other),
+                    None => break,
+                },
+                c => arg.push(c),
+            }
+        }
+        args.push(arg);
+    }
+    Some((from_lua, args))
+}
+
+fn job_of(key: &str) -> Option<&str> {
+    let start = key.find('{')? + 1;
+    let end = start + key[start..].find('}')?;
+    Some(&key[start..end])
+}
+
+/// Checks I1/I2 over the recorded lines: the fence never goes down, never takes the same
+/// token for another holder, and every applied write of a term carries a token not below the
+/// fence (and, when equal, the fence's own holder). Returns the history, or every violation.
+pub fn check(lines: &[String]) -> Result<History, String> {
+    let mut history = History::default();
+    let mut fence: HashMap<String, (u64, String)> = HashMap::new();
+    let mut writer: Option<(String, u64)> = None;
+    let mut violations = Vec::new();
+    for (at, line) in lines.iter().enumerate() {
+        let Some((from_lua, args)) = parse(line) else {
+            continue;
+        };
+        let Some(cmd) = args.first().map(|c| c.to_ascii_uppercase()) else {
+            continue;
+        };
+        if !from_lua {
+            writer = None;
+            if (cmd == "EVALSHA" || cmd == "EVAL") && args.len() > 3 {
+                let nkeys: usize = args[2].parse().unwrap_or(0);
+                let keys = &args[3..3 + nkeys.min(args.len() - 3)];
+                let argv = &args[3 + keys.len()..];
+                if keys.len() >= 2 && keys[1].ends_with(":fence") && argv.len() >= 2 {
+                    writer = Some((argv[0].clone(), argv[1].parse().unwrap_or(0)));
+                }
+            }
+            continue;
+        }
+        let key = args.get(1).cloned().unwrap_or_default();
+        let Some(job) = job_of(&key).map(str::to_string) else {
+            continue;
+        };
+        match cmd.as_str() {
+            "HSET" if key.ends_with(":fence") => {
+                let field = |name: &str| {
+                    args.iter()
+                        .position(|a| a == name)
+                        .and_then(|i| args.get(i + 1))
+                        .cloned()
+                        .unwrap_or_default()
+                };
+                let token: u64 = field("token").parse().unwrap_or(0);
+                let holder = field("holder");
+                if let Some((max, max_holder)) = fence.get(&job) {
+                    if token < *max {
+                        violations.push(format!(
+                            "fence of {job} lowered from {max} to {token}: {line}"
+                        ));
+                    } else if token == *max && holder != *max_holder {
+                        violations.push(format!(
+                            "fence of {job} at {token} moved from {max_holder} to {holder}: {line}"
+                        ));
+                    }
+                }
+                if writer.is_none() {
+                    history.terms.push((at, token, holder.clone()));
+                }
+                fence.insert(job, (token, holder));
+            }
+            "SET" | "DEL"
+                if key.contains(":data:") || key.contains(":run:") || key.contains(":ckpt:") =>
+            {
+                let Some((owner, token)) = writer.clone() else {
+                    violations.push(format!("write outside a fenced-write script: {line}"));
+                    continue;
+                };
+                match fence.get(&job) {
+                    Some((max, holder)) if token < *max || (token == *max && owner != *holder) => {
+                        violations.push(format!("write by {owner} with token {token} applied while the fence held {max} of {holder}: {line}"));
+                    }
+                    None => violations.push(format!("write by {owner} with token {token} applied before any term of {job} began: {line}")),
+                    _ => {}
+                }
+                history.applied.push(Applied {
+                    key,
+                    value: args.get(2).cloned().unwrap_or_default(),
+                    owner,
+                    token,
+                    at,
+                });
+            }
+            _ => {}
+        }
+    }
+    if violations.is_empty() {
+        Ok(history)
+    } else {
+        Err(violations.join("\n"))
+    }
+}
+
+#[test]
+fn the_checker_catches_a_stale_write() {
+    let lines: Vec<String> = [
+        r#"1.0 [0 127.0.0.1:1] "EVALSHA" "x" "3" "lh:{j}:lease" "lh:{j}:token" "lh:{j}:fence" "a:1" "1000""#,
+        r#"1.1 [0 lua] "HSET" "lh:{j}:fence" "token" "5" "holder" "a:1""#,
+        r#"1.2 [0 127.0.0.1:1] "EVALSHA" "y" "3" "lh:{j}:lease" "lh:{j}:fence" "lh:{j}:data:k" "a:1" "5" "1" "v""#,
+        r#"1.3 [0 lua] "SET" "lh:{j}:data:k" "v""#,
+        r#"1.4 [0 127.0.0.1:2] "EVALSHA" "x" "3" "lh:{j}:lease" "lh:{j}:token" "lh:{j}:fence" "b:1" "1000""#,
+        r#"1.5 [0 lua] "HSET" "lh:{j}:fence" "token" "6" "holder" "b:1""#,
+        r#"1.6 [0 127.0.0.1:1] "EVALSHA" "y" "3" "lh:{j}:lease" "lh:{j}:fence" "lh:{j}:data:k" "a:1" "5" "1" "late""#,
+        r#"1.7 [0 lua] "SET" "lh:{j}:data:k" "late""#,
+    ]
+    .map(String::from)
+    .to_vec();
+    let ok = check(&lines[..4]).unwrap();
+    assert_eq!(ok.terms, vec![(1, 5, "a:1".to_string())]);
+    assert_eq!(ok.applied.len(), 1);
+    let err = check(&lines).unwrap_err();
+    assert!(
+        err.contains("write by a:1 with token 5 applied while the fence held 6 of b:1"),
+        "{err}"
+    );
+}
