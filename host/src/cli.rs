@@ -50,6 +50,27 @@ pub enum Command {
     },
     /// Ask for a run of a period now (a period that is already done is not run again).
     Trigger(TriggerArgs),
+    /// Run the reference scenario locally and narrate it: three replicas, the leader frozen
+    /// mid-run, a successor with a higher token, the zombie fenced, one report for the day.
+    Demo(DemoArgs),
+}
+
+/// Flags of `leasehold demo`.
+#[derive(Args, Debug, Clone)]
+pub struct DemoArgs {
+    /// The reconciliation component (built by `./dev demo`).
+    #[arg(
+        long,
+        default_value = "target/guests/wasm32-wasip2/debug/reconciliation.wasm"
+    )]
+    pub job: PathBuf,
+    /// Use this Redis instead of starting a local `redis-server` (it must not already hold the
+    /// demo day).
+    #[arg(long)]
+    pub redis_url: Option<String>,
+    /// Statement lines of the generated day.
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(100..=2_000_000))]
+    pub rows: u64,
 }
 
 fn duration(s: &str) -> Result<Duration, String> {
@@ -162,6 +183,14 @@ pub async fn main(cli: Cli) -> ExitCode {
         Command::Run(args) => run(args).await,
         Command::Check { file } => check(file).await,
         Command::Trigger(args) => trigger(args).await,
+        Command::Demo(args) => {
+            crate::demo::run(crate::demo::DemoOptions {
+                job: args.job,
+                redis_url: args.redis_url,
+                rows: args.rows as usize,
+            })
+            .await
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -12,10 +12,11 @@
 //! * [`runner`] — drives a job's runs while leading; [`runs`] — run records and checkpoints.
 //! * [`runtime`] — the wasmtime wrapper and the host side of the `job` world (`wit/job.wit`).
 //! * [`spec`] — job specs, schedules and periods; [`config`] — validated timings (I4).
-//! * [`keys`] — the Redis key layout.
+//! * [`keys`] — the Redis key layout; [`demo`] — `leasehold demo`, the narrated reference scenario.
 
 pub mod cli;
 pub mod config;
+pub mod demo;
 pub mod elector;
 pub mod fence;
 pub mod keys;

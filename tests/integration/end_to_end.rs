@@ -312,3 +312,36 @@ async fn a_run_left_half_done_resumes_from_its_checkpoint() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn the_demo_tells_the_reference_scenario_and_ends_with_one_report() {
+    deadline(Duration::from_secs(240), async {
+        let wasm = guests().wasm("reconciliation");
+        let out = tokio::process::Command::new(leasehold_bin())
+            .args(["demo", "--rows", "5000", "--job"])
+            .arg(&wasm)
+            .output()
+            .await
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "demo failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for needle in [
+            "won the election",
+            "Freezing",
+            "took over with token",
+            "resumes the run at step",
+            "refused — fenced: token",
+            "Exactly one report exists for 2026-11-27",
+        ] {
+            assert!(
+                stdout.contains(needle),
+                "{needle:?} missing from the narration:\n{stdout}"
+            );
+        }
+    })
+    .await;
+}
