@@ -488,23 +488,23 @@ impl Runtime {
             }
         };
         let data = store.data();
+        // Whatever noticed first (the guest, the epoch callback, or the select), a lost term
+        // carries the fence's refusal when a refused write is what ended it.
+        let lost = || StepError::LostLeadership(data.refusal.as_ref().map(|r| r.to_string()));
         let outcome = match result {
             Some(Ok(Ok(outcome))) => Ok(outcome),
             Some(Ok(Err(JobError::Failed(m)))) => Err(StepError::Failed(m)),
             Some(Ok(Err(JobError::NotReady(m)))) => Err(StepError::NotReady(m)),
-            Some(Ok(Err(JobError::LostLeadership))) => Err(StepError::LostLeadership(
-                data.refusal.as_ref().map(|r| r.to_string()),
-            )),
+            Some(Ok(Err(JobError::LostLeadership))) => Err(lost()),
             Some(Err(trap)) => Err(match &data.interrupt {
                 Some(StepError::Timeout(_)) => {
                     StepError::Timeout(crate::config::show(limits.step_time))
                 }
+                Some(StepError::LostLeadership(_)) => lost(),
                 Some(i) => i.clone(),
                 None => StepError::Trap(trap_message(&trap)),
             }),
-            None if !term.still_leader() => Err(StepError::LostLeadership(
-                data.refusal.as_ref().map(|r| r.to_string()),
-            )),
+            None if !term.still_leader() => Err(lost()),
             None => Err(StepError::Timeout(crate::config::show(limits.step_time))),
         };
         if data.log_dropped > 0 {

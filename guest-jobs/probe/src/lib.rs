@@ -2,7 +2,9 @@
 //! each attempt as its step state (one `name: result` line each), so a host test can assert
 //! that only the fenced write can succeed.
 //!
-//! `run.period` carries the address of a TCP server (the test's Redis) to try to reach.
+//! `run.period` carries the address of a TCP server (the test's Redis) to try to reach, or
+//! `spin`: then the step computes forever without ever asking `still-leader`, as a CPU-bound
+//! job that ignores its term would.
 
 use std::io::Write as _;
 
@@ -33,6 +35,12 @@ impl Guest for Probe {
         step: u32,
         _state: Option<Vec<u8>>,
     ) -> Result<StepOutcome, JobError> {
+        if run.period == "spin" {
+            let mut x: u64 = 0;
+            loop {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+        }
         let mut out = Vec::new();
         out.push(format!("still-leader: {}", term.still_leader()));
         out.push(match std::net::TcpStream::connect(run.period.as_str()) {
