@@ -179,9 +179,18 @@ async fn a_step_that_ignores_its_term_is_stopped_when_the_term_ends() {
     deadline(Duration::from_secs(20), async {
         let redis = RedisServer::start().await;
         let runtime = Runtime::new(HostLimits::default()).unwrap();
-        let job = runtime.load(&guests().wasm("probe")).await.expect("probe loads");
-        let conn = redis::aio::ConnectionManager::new(redis.client()).await.unwrap();
-        let term = Term::new(1, "test:1".into(), Instant::now() + Duration::from_millis(300));
+        let job = runtime
+            .load(&guests().wasm("probe"))
+            .await
+            .expect("probe loads");
+        let conn = redis::aio::ConnectionManager::new(redis.client())
+            .await
+            .unwrap();
+        let term = Term::new(
+            1,
+            "test:1".into(),
+            Instant::now() + Duration::from_millis(300),
+        );
         let ctx = StepContext {
             job: "probe".into(),
             node: "test".into(),
@@ -191,9 +200,16 @@ async fn a_step_that_ignores_its_term_is_stopped_when_the_term_ends() {
             redis_timeout: Duration::from_secs(2),
             data_dir: None,
         };
-        let run = RunInfo { period: "spin".into(), scheduled_at: String::new(), attempt: 1 };
+        let run = RunInfo {
+            period: "spin".into(),
+            scheduled_at: String::new(),
+            attempt: 1,
+        };
         let outcome = runtime.run_step(&job, ctx, &run, 0, None).await;
-        assert!(matches!(outcome, Err(StepError::LostLeadership(None))), "{outcome:?}");
+        assert!(
+            matches!(outcome, Err(StepError::LostLeadership(None))),
+            "{outcome:?}"
+        );
         assert!(!term.still_leader());
     })
     .await;

@@ -26,6 +26,11 @@ struct Cluster {
 impl Cluster {
     /// Three replicas with the reconciliation job on a generated day of `rows` lines.
     async fn start(name: &str, rows: usize, ttl: &str, heartbeat: &str) -> Self {
+        Self::start_on(RedisServer::start().await, name, rows, ttl, heartbeat)
+    }
+
+    /// The same, against a given Redis.
+    fn start_on(redis: RedisServer, name: &str, rows: usize, ttl: &str, heartbeat: &str) -> Self {
         let dir = TempDir::new(name);
         std::fs::create_dir_all(dir.join("jobs")).unwrap();
         std::fs::copy(
@@ -38,7 +43,6 @@ impl Cluster {
         let generated = recon_core::generate_on(rows, 7, recon_core::parse_date(PERIOD).unwrap());
         std::fs::write(day.join("bank.csv"), &generated.bank_csv).unwrap();
         std::fs::write(day.join("ledger.csv"), &generated.ledger_csv).unwrap();
-        let redis = RedisServer::start().await;
         let mut hosts = Vec::new();
         for i in 0..3 {
             let (jobs, data) = (dir.join("jobs"), dir.join("data"));
@@ -128,8 +132,9 @@ impl Cluster {
         let summary: Value = serde_json::from_str(&summary).unwrap();
         let totals: recon_core::Totals = serde_json::from_value(summary["totals"].clone()).unwrap();
         assert_eq!(totals, self.expected, "report totals");
-        let history =
-            history::check(&recorder.lines()).unwrap_or_else(|v| panic!("fencing violated:\n{v}"));
+        let history = recorder
+            .check()
+            .unwrap_or_else(|v| panic!("fencing violated:\n{v}"));
         assert_eq!(
             history.done_records("reconciliation", PERIOD).len(),
             1,
@@ -137,6 +142,16 @@ impl Cluster {
         );
         history
     }
+}
+
+/// Every token any host became leader with, in no particular order.
+fn all_terms(cluster: &Cluster) -> Vec<u64> {
+    cluster
+        .hosts
+        .iter()
+        .flat_map(|h| h.log_lines_with("became leader"))
+        .map(|l| token_of(&l))
+        .collect()
 }
 
 fn owner_of(line: &str) -> String {
@@ -271,4 +286,84 @@ async fn a_leader_stopped_with_sigterm_hands_over_without_waiting_for_its_lease(
         let _ = &cluster.dir;
     })
     .await;
+}
+
+/// Redis crashes and comes back. `aof`: with its append-only file (fsync always); otherwise
+/// empty. Either way the cluster recovers, tokens keep growing, and a run triggered after the
+/// restart completes exactly once.
+async fn redis_restart(aof: bool) {
+    let redis = if aof {
+        RedisServer::start_with_aof().await
+    } else {
+        RedisServer::start().await
+    };
+    let mut cluster = Cluster::start_on(
+        redis,
+        if aof { "restart-aof" } else { "restart-empty" },
+        2_000,
+        "1s",
+        "200ms",
+    );
+    let first = cluster
+        .host_logging("became leader", None, Duration::from_secs(60))
+        .await;
+    let before = token_of(&cluster.hosts[first].log_lines_with("became leader")[0]);
+
+    cluster.redis.crash_and_restart().await;
+    if !aof {
+        // Everything is gone, the lease too: the old leader's renewal fails and a new term
+        // starts, with a token above everything issued before (the clock floor).
+        let newer = wait_for("a term after the restart", Duration::from_secs(30), || {
+            let t = all_terms(&cluster).into_iter().find(|t| *t != before);
+            async move { t }
+        })
+        .await;
+        assert!(
+            newer > before,
+            "token {newer} after losing everything must exceed {before}"
+        );
+    }
+    let recorder = Recorder::start(&cluster.redis).await;
+    cluster.trigger();
+    let record = cluster.wait_done(Duration::from_secs(120)).await;
+    assert!(record["token"].as_u64().unwrap() >= before);
+    cluster.assert_one_correct_result(&recorder).await;
+
+    // Hand over once more: the next term's token is above every earlier one.
+    let leader: usize = record["node"].as_str().unwrap()[1..].parse().unwrap();
+    let highest = all_terms(&cluster).into_iter().max().unwrap();
+    assert!(
+        cluster.hosts[leader]
+            .terminate(Duration::from_secs(20))
+            .await
+    );
+    let next = cluster
+        .host_logging("became leader", Some(leader), Duration::from_secs(30))
+        .await;
+    let next_token = wait_for("the next term", Duration::from_secs(30), || {
+        let t = cluster.hosts[next]
+            .log_lines_with("became leader")
+            .iter()
+            .map(|l| token_of(l))
+            .max()
+            .filter(|t| *t > highest);
+        async move { t }
+    })
+    .await;
+    assert!(next_token > highest);
+    let mut tokens = all_terms(&cluster);
+    let n = tokens.len();
+    tokens.sort();
+    tokens.dedup();
+    assert_eq!(tokens.len(), n, "a token was issued twice");
+}
+
+#[tokio::test]
+async fn after_a_redis_crash_with_an_append_only_file_tokens_keep_growing() {
+    deadline(Duration::from_secs(300), redis_restart(true)).await;
+}
+
+#[tokio::test]
+async fn after_a_redis_crash_that_loses_everything_tokens_still_grow() {
+    deadline(Duration::from_secs(300), redis_restart(false)).await;
 }

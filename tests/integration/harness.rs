@@ -50,52 +50,100 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// A `redis-server` on a free port, without persistence, killed on drop.
+/// A `redis-server` on a free port, killed on drop. Without persistence unless started with
+/// [`RedisServer::start_with_aof`].
 pub struct RedisServer {
     child: Child,
     /// Its port.
     pub port: u16,
+    /// Working directory holding the append-only file, when persistent.
+    aof_dir: Option<TempDir>,
 }
 
 impl RedisServer {
-    /// Starts the server and waits (up to 10 s) until it answers PING.
+    /// Starts a server without persistence and waits (up to 10 s) until it answers PING.
     pub async fn start() -> Self {
+        Self::start_on(None).await
+    }
+
+    /// Starts a server that fsyncs every write to an append-only file before answering.
+    pub async fn start_with_aof() -> Self {
+        Self::start_on(Some(TempDir::new("redis-aof"))).await
+    }
+
+    fn spawn(port: u16, aof_dir: Option<&TempDir>) -> Child {
+        let mut cmd = Command::new("redis-server");
+        cmd.args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+        ]);
+        match aof_dir {
+            Some(dir) => cmd
+                .args(["--appendonly", "yes", "--appendfsync", "always", "--dir"])
+                .arg(&dir.0),
+            None => cmd.args(["--appendonly", "no"]),
+        };
+        cmd.stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server not found: install it (./dev test does) or put it on PATH")
+    }
+
+    async fn start_on(aof_dir: Option<TempDir>) -> Self {
+        let mut aof_dir = aof_dir;
         for _ in 0..5 {
             let port = free_port();
-            let child = Command::new("redis-server")
-                .args([
-                    "--port",
-                    &port.to_string(),
-                    "--bind",
-                    "127.0.0.1",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server not found: install it (./dev test does) or put it on PATH");
-            let mut server = RedisServer { child, port };
-            let start = Instant::now();
-            while start.elapsed() < Duration::from_secs(10) {
-                if let Ok(Some(_)) = server.child.try_wait() {
-                    break; // port taken meanwhile: try another
-                }
-                if let Ok(mut c) = server.client().get_multiplexed_async_connection().await
-                    && redis::cmd("PING")
-                        .query_async::<String>(&mut c)
-                        .await
-                        .is_ok()
-                {
-                    return server;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
+            let child = Self::spawn(port, aof_dir.as_ref());
+            let mut server = RedisServer {
+                child,
+                port,
+                aof_dir: aof_dir.take(),
+            };
+            if server.wait_ready().await {
+                return server;
             }
             let _ = server.child.kill();
+            let _ = server.child.wait();
+            aof_dir = server.aof_dir.take();
         }
         panic!("could not start redis-server");
+    }
+
+    /// Waits up to 10 s for PING; false if the process exited (port taken) or never answered.
+    async fn wait_ready(&mut self) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return false;
+            }
+            if let Ok(mut c) = self.client().get_multiplexed_async_connection().await
+                && redis::cmd("PING")
+                    .query_async::<String>(&mut c)
+                    .await
+                    .is_ok()
+            {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
+    /// Crashes the server (SIGKILL) and starts it again on the same port: with its append-only
+    /// file when persistent, empty otherwise.
+    pub async fn crash_and_restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = Self::spawn(self.port, self.aof_dir.as_ref());
+        assert!(
+            self.wait_ready().await,
+            "redis-server did not come back on port {}",
+            self.port
+        );
     }
 
     /// `redis://127.0.0.1:<port>`.

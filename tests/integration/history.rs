@@ -17,11 +17,33 @@ use crate::harness::RedisServer;
 pub struct Recorder {
     lines: Arc<Mutex<Vec<String>>>,
     task: tokio::task::JoinHandle<()>,
+    /// Every job's fence when recording started: (token, holder).
+    pub initial: HashMap<String, (u64, String)>,
 }
 
 impl Recorder {
-    /// Starts `MONITOR` on `redis`.
+    /// Notes every fence, then starts `MONITOR` on `redis` (in that order: a fence raised in
+    /// between is only seen as higher tokens, never as a false violation).
     pub async fn start(redis: &RedisServer) -> Self {
+        let mut c = redis.conn().await;
+        let fences: Vec<String> = redis::cmd("KEYS")
+            .arg("lh:*:fence")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let mut initial = HashMap::new();
+        for key in fences {
+            let (token, holder): (Option<u64>, Option<String>) = redis::cmd("HMGET")
+                .arg(&key)
+                .arg("token")
+                .arg("holder")
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            if let (Some(job), Some(token)) = (job_of(&key), token) {
+                initial.insert(job.to_string(), (token, holder.unwrap_or_default()));
+            }
+        }
         let monitor = redis.client().get_async_monitor().await.expect("MONITOR");
         let lines = Arc::new(Mutex::new(Vec::new()));
         let sink = lines.clone();
@@ -31,12 +53,21 @@ impl Recorder {
                 sink.lock().unwrap().push(line);
             }
         });
-        Recorder { lines, task }
+        Recorder {
+            lines,
+            task,
+            initial,
+        }
     }
 
     /// Every line so far.
     pub fn lines(&self) -> Vec<String> {
         self.lines.lock().unwrap().clone()
+    }
+
+    /// Checks the history recorded so far (see [`check`]).
+    pub fn check(&self) -> Result<History, String> {
+        check_from(self.initial.clone(), &self.lines())
     }
 }
 
@@ -125,11 +156,21 @@ fn job_of(key: &str) -> Option<&str> {
 /// token for another holder, and every applied write of a term carries a token not below the
 /// fence (and, when equal, the fence's own holder). Returns the history, or every violation.
 pub fn check(lines: &[String]) -> Result<History, String> {
+    check_from(HashMap::new(), lines)
+}
+
+/// [`check`], starting from known fences.
+pub fn check_from(
+    initial: HashMap<String, (u64, String)>,
+    lines: &[String],
+) -> Result<History, String> {
     let mut history = History::default();
-    let mut fence: HashMap<String, (u64, String)> = HashMap::new();
+    let mut fence = initial;
     let mut writer: Option<(String, u64)> = None;
     let mut violations = Vec::new();
-    for (at, line) in lines.iter().enumerate() {
+    for (at, full) in lines.iter().enumerate() {
+        // Values can be megabytes long: quote at most the start of a line in a violation.
+        let line = &full[..full.char_indices().nth(300).map_or(full.len(), |(i, _)| i)];
         let Some((from_lua, args)) = parse(line) else {
             continue;
         };
