@@ -253,7 +253,12 @@ async fn trigger(args: TriggerArgs) -> anyhow::Result<()> {
     {
         anyhow::bail!("period {period:?} is not a period id (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS)");
     }
-    let mut conn = redis_conn::connect(&args.redis_url, Duration::from_secs(2)).await?;
+    let mut conn = redis_conn::connect(
+        &args.redis_url,
+        Duration::from_secs(2),
+        Some(Duration::from_secs(2)),
+    )
+    .await?;
     let keys = JobKeys::new(&args.job);
     if let Some(r) = runs::read(&mut conn, &keys, &period).await?
         && r.status == runs::RunStatus::Done

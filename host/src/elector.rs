@@ -9,8 +9,9 @@
 //!
 //! **Guarantees.** While [`Role::Leader`] is published, its [`Term`] is valid only inside
 //! `[t_sent, t_sent + ttl − margin)` of the last acquire/renew that succeeded (I3); the term's
-//! deadline ends it even if this task is late. Every Redis call is bounded by `redis_timeout`,
-//! which the config rules keep below the renewal deadline (I4). A term that ends is ended for
+//! deadline ends it even if this task is late. Every lease call is bounded by `redis_timeout`,
+//! which the config rules keep below the renewal deadline (I4). (A term's writes are bounded
+//! by the term itself instead: see [`crate::runner`] and [`crate::runtime`].) A term that ends is ended for
 //! every clone of it, so the runner's guest sees `still-leader() == false` at once.
 //!
 //! **Non-guarantees.** Election does not stop a paused process from *believing* it leads after

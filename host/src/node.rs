@@ -74,7 +74,9 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let node = cfg.node_id.clone();
     let runtime = Runtime::new(HostLimits::default())?;
-    let conn = redis_conn::connect(&cfg.redis_url, cfg.timing.redis_timeout).await?;
+    // Run records, checkpoints and guest writes: bounded by the term they belong to, not by the
+    // Redis timeout (a large write over a slow link may take longer than a renewal may).
+    let conn = redis_conn::connect(&cfg.redis_url, cfg.timing.redis_timeout, None).await?;
     let jobs = load_jobs(&runtime, &cfg.jobs_dir).await?;
     if jobs.is_empty() {
         warn!(node = %node, dir = %cfg.jobs_dir.display(), "no job loaded; add .wasm components to the jobs directory and restart");
@@ -86,7 +88,7 @@ pub async fn run(
         let timeout = cfg.timing.redis_timeout;
         leases
             .handle()
-            .spawn(async move { redis_conn::connect(&url, timeout).await })
+            .spawn(async move { redis_conn::connect(&url, timeout, Some(timeout)).await })
             .await??
     };
 

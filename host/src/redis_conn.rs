@@ -21,14 +21,19 @@ pub fn redact(url: &str) -> String {
     }
 }
 
-/// Opens a reconnecting connection. Each command fails after `timeout`; callers still wrap
-/// calls in their own deadline where a bound matters for correctness (I3).
-pub async fn connect(url: &str, timeout: Duration) -> anyhow::Result<ConnectionManager> {
+/// Opens a reconnecting connection: connecting fails after `timeout`, and each command after
+/// `response_timeout` when one is given. Callers still bound calls where correctness needs it:
+/// lease calls by the Redis timeout (I3), a term's writes by the term itself.
+pub async fn connect(
+    url: &str,
+    timeout: Duration,
+    response_timeout: Option<Duration>,
+) -> anyhow::Result<ConnectionManager> {
     let client =
         redis::Client::open(url).with_context(|| format!("invalid redis url {}", redact(url)))?;
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(timeout))
-        .set_response_timeout(Some(timeout))
+        .set_response_timeout(response_timeout)
         .set_number_of_retries(2)
         .set_max_delay(Duration::from_millis(500));
     let conn = tokio::time::timeout(

@@ -108,7 +108,11 @@ impl Runner {
         let poll = self.timing.heartbeat;
         while term.still_leader() {
             let now = Instant::now();
-            let due = match self.due(done).await {
+            let due = tokio::select! {
+                d = self.due(done) => d,
+                _ = term.ended() => return,
+            };
+            let due = match due {
                 Ok(d) => d,
                 Err(e) => {
                     warn!(job, node, token, "cannot read due periods: {e}");
@@ -157,21 +161,12 @@ impl Runner {
 
     /// Periods that may need work, in id order: the schedule's current period and requested
     /// periods, minus those known to be finished.
+    /// The caller bounds it by the term.
     async fn due(&self, done: &HashSet<String>) -> anyhow::Result<Vec<Period>> {
         let keys = self.keys();
         let schedule = &self.job.spec.schedule;
         let mut due: Vec<Period> = schedule.current(Utc::now()).into_iter().collect();
-        let requested = tokio::time::timeout(
-            self.timing.redis_timeout,
-            runs::requests(&mut self.conn.clone(), &keys),
-        )
-        .await
-        .map_err(|_| {
-            anyhow::anyhow!(
-                "no reply from redis within {}",
-                show(self.timing.redis_timeout)
-            )
-        })??;
+        let requested = runs::requests(&mut self.conn.clone(), &keys).await?;
         for id in requested {
             match schedule.period_by_id(&id) {
                 Some(p) => due.push(p),
@@ -192,18 +187,13 @@ impl Runner {
         let keys = self.keys();
         let (job, node, token) = (&self.job.spec.name, &self.node, term.token());
         let mut conn = self.conn.clone();
-        let timeout = self.timing.redis_timeout;
-        let existing =
-            match tokio::time::timeout(timeout, runs::read(&mut conn, &keys, &period.id)).await {
-                Ok(Ok(r)) => r,
-                Ok(Err(e)) => return RunEnd::Interrupted(e.to_string()),
-                Err(_) => {
-                    return RunEnd::Interrupted(format!(
-                        "no reply from redis within {}",
-                        show(timeout)
-                    ));
-                }
-            };
+        let existing = match self
+            .in_term(term, runs::read(&mut conn, &keys, &period.id))
+            .await
+        {
+            Ok(r) => r,
+            Err(end) => return end,
+        };
         let now = now_rfc3339();
         let mut record = match existing {
             Some(r) if r.status == RunStatus::Done => return RunEnd::Done,
@@ -227,17 +217,12 @@ impl Runner {
         let mut state = if record.step == 0 {
             None
         } else {
-            match tokio::time::timeout(timeout, runs::read_checkpoint(&mut conn, &keys, &period.id))
+            match self
+                .in_term(term, runs::read_checkpoint(&mut conn, &keys, &period.id))
                 .await
             {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => return RunEnd::Interrupted(e.to_string()),
-                Err(_) => {
-                    return RunEnd::Interrupted(format!(
-                        "no reply from redis within {}",
-                        show(timeout)
-                    ));
-                }
+                Ok(s) => s,
+                Err(end) => return end,
             }
         };
         if record.status == RunStatus::Running && record.token != token {
@@ -265,7 +250,6 @@ impl Runner {
                 keys: keys.clone(),
                 term: term.clone(),
                 conn: self.conn.clone(),
-                redis_timeout: timeout,
                 data_dir: self.data_dir.clone(),
             };
             let started = Instant::now();
@@ -351,31 +335,46 @@ impl Runner {
         if !term.still_leader() {
             return Err(RunEnd::Lost);
         }
-        let timeout = self.timing.redis_timeout;
-        let res = tokio::time::timeout(
-            timeout,
-            fence::write_and_delete(
-                &mut self.conn.clone(),
-                &keys,
-                term.owner(),
-                term.token(),
-                &sets,
-                &deletes,
-            ),
-        )
-        .await;
-        match res {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(FenceError::Refused(r))) => {
-                warn!(job = %self.job.spec.name, node = %self.node, token = term.token(), period = %record.period, "run record write refused: {r}; stepping down");
-                term.end();
+        let mut conn = self.conn.clone();
+        let write = fence::write_and_delete(
+            &mut conn,
+            &keys,
+            term.owner(),
+            term.token(),
+            &sets,
+            &deletes,
+        );
+        match self.in_term(term, write).await {
+            Ok(()) => Ok(()),
+            Err(RunEnd::Interrupted(_)) | Err(RunEnd::Lost) if !term.still_leader() => {
                 Err(RunEnd::Lost)
             }
-            Ok(Err(FenceError::Redis(e))) => Err(RunEnd::Interrupted(e.to_string())),
-            Err(_) => Err(RunEnd::Interrupted(format!(
-                "no reply from redis within {}",
-                show(timeout)
-            ))),
+            Err(end) => Err(end),
+        }
+    }
+}
+
+impl Runner {
+    /// Runs one Redis call of `term`'s work: a call still pending when the term ends is
+    /// abandoned (whatever it does then, the fence decides). A refused fenced write ends the
+    /// term.
+    async fn in_term<T, E: Into<anyhow::Error>>(
+        &self,
+        term: &Term,
+        call: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, RunEnd> {
+        tokio::select! {
+            r = call => r.map_err(|e| {
+                let e: anyhow::Error = e.into();
+                if let Some(FenceError::Refused(refusal)) = e.downcast_ref::<FenceError>() {
+                    warn!(job = %self.job.spec.name, node = %self.node, token = term.token(), "run record write refused: {refusal}; stepping down");
+                    term.end();
+                    RunEnd::Lost
+                } else {
+                    RunEnd::Interrupted(format!("{e:#}"))
+                }
+            }),
+            _ = term.ended() => Err(RunEnd::Lost),
         }
     }
 }

@@ -119,10 +119,9 @@ pub struct StepContext {
     pub keys: JobKeys,
     /// The term the step runs in.
     pub term: Term,
-    /// Connection for guest reads and fenced writes.
+    /// Connection for guest reads and fenced writes. Calls are bounded by the term: a call
+    /// still pending when the term ends is abandoned.
     pub conn: redis::aio::ConnectionManager,
-    /// Bound on each Redis call.
-    pub redis_timeout: Duration,
     /// `<data-dir>/<job>/`, preopened read-only at `/data` when it exists.
     pub data_dir: Option<PathBuf>,
 }
@@ -249,25 +248,24 @@ impl store::Host for HostState {
         }
         let full = ctx.keys.data(&key);
         let (owner, token) = (ctx.term.owner().to_string(), ctx.term.token());
-        let res = tokio::time::timeout(
-            ctx.redis_timeout,
-            fence::write(&mut ctx.conn, &ctx.keys, &owner, token, &[(full, &value)]),
-        )
-        .await;
+        let writes = [(full, value.as_slice())];
+        let res = tokio::select! {
+            r = fence::write(&mut ctx.conn, &ctx.keys, &owner, token, &writes) => Some(r),
+            _ = ctx.term.ended() => None,
+        };
         match res {
-            Ok(Ok(())) => Ok(Ok(())),
-            Ok(Err(FenceError::Refused(refusal))) => {
+            Some(Ok(())) => Ok(Ok(())),
+            Some(Err(FenceError::Refused(refusal))) => {
                 warn!(job = %ctx.job, node = %ctx.node, token, key = %key, "write refused: {refusal}; stepping down");
                 ctx.term.end();
                 let text = refusal.to_string();
                 self.refusal = Some(refusal);
                 Ok(Err(store::WriteError::Fenced(text)))
             }
-            Ok(Err(FenceError::Redis(e))) => Ok(Err(store::WriteError::Unavailable(e.to_string()))),
-            Err(_) => Ok(Err(store::WriteError::Unavailable(format!(
-                "no reply from redis within {}",
-                crate::config::show(ctx.redis_timeout)
-            )))),
+            Some(Err(FenceError::Redis(e))) => {
+                Ok(Err(store::WriteError::Unavailable(e.to_string())))
+            }
+            None => Ok(Err(store::WriteError::NotLeader)),
         }
     }
 
@@ -280,18 +278,14 @@ impl store::Host for HostState {
             return Ok(Err(store::ReadError::InvalidKey(reason)));
         }
         let cmd = redis::cmd("GET").arg(ctx.keys.data(&key)).clone();
-        let res = tokio::time::timeout(
-            ctx.redis_timeout,
-            cmd.query_async::<Option<Vec<u8>>>(&mut ctx.conn),
-        )
-        .await;
+        let res = tokio::select! {
+            r = cmd.query_async::<Option<Vec<u8>>>(&mut ctx.conn) => Some(r),
+            _ = ctx.term.ended() => None,
+        };
         Ok(match res {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(store::ReadError::Unavailable(e.to_string())),
-            Err(_) => Err(store::ReadError::Unavailable(format!(
-                "no reply from redis within {}",
-                crate::config::show(ctx.redis_timeout)
-            ))),
+            Some(Ok(v)) => Ok(v),
+            Some(Err(e)) => Err(store::ReadError::Unavailable(e.to_string())),
+            None => Err(store::ReadError::Unavailable("the term ended".into())),
         })
     }
 }

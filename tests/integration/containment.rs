@@ -32,7 +32,6 @@ async fn probe_step(
         keys: JobKeys::new("probe"),
         term,
         conn,
-        redis_timeout: Duration::from_secs(2),
         data_dir: Some(data.0.clone()),
     };
     // The probe dials whatever address it is given as its period: the test's Redis.
@@ -197,7 +196,6 @@ async fn a_step_that_ignores_its_term_is_stopped_when_the_term_ends() {
             keys: JobKeys::new("probe"),
             term: term.clone(),
             conn,
-            redis_timeout: Duration::from_secs(2),
             data_dir: None,
         };
         let run = RunInfo {

@@ -12,6 +12,7 @@ use crate::harness::{
     HostProcess, RedisServer, TempDir, deadline, guests, leasehold_bin, wait_for,
 };
 use crate::history::{self, Recorder};
+use crate::proxy::{Fault, FaultProxy};
 
 const PERIOD: &str = "2026-11-27";
 const RUN_KEY: &str = "lh:{reconciliation}:run:2026-11-27";
@@ -20,17 +21,39 @@ struct Cluster {
     dir: TempDir,
     redis: RedisServer,
     hosts: Vec<HostProcess>,
+    /// One fault proxy per host, when the cluster was started with them.
+    proxies: Vec<FaultProxy>,
     expected: recon_core::Totals,
 }
 
 impl Cluster {
     /// Three replicas with the reconciliation job on a generated day of `rows` lines.
     async fn start(name: &str, rows: usize, ttl: &str, heartbeat: &str) -> Self {
-        Self::start_on(RedisServer::start().await, name, rows, ttl, heartbeat)
+        Self::start_on(
+            RedisServer::start().await,
+            false,
+            name,
+            rows,
+            ttl,
+            heartbeat,
+        )
+        .await
+    }
+
+    /// The same, each host reaching Redis through its own [`FaultProxy`].
+    async fn start_proxied(name: &str, rows: usize, ttl: &str, heartbeat: &str) -> Self {
+        Self::start_on(RedisServer::start().await, true, name, rows, ttl, heartbeat).await
     }
 
     /// The same, against a given Redis.
-    fn start_on(redis: RedisServer, name: &str, rows: usize, ttl: &str, heartbeat: &str) -> Self {
+    async fn start_on(
+        redis: RedisServer,
+        proxied: bool,
+        name: &str,
+        rows: usize,
+        ttl: &str,
+        heartbeat: &str,
+    ) -> Self {
         let dir = TempDir::new(name);
         std::fs::create_dir_all(dir.join("jobs")).unwrap();
         std::fs::copy(
@@ -44,12 +67,19 @@ impl Cluster {
         std::fs::write(day.join("bank.csv"), &generated.bank_csv).unwrap();
         std::fs::write(day.join("ledger.csv"), &generated.ledger_csv).unwrap();
         let mut hosts = Vec::new();
+        let mut proxies = Vec::new();
         for i in 0..3 {
             let (jobs, data) = (dir.join("jobs"), dir.join("data"));
+            let url = if proxied {
+                proxies.push(FaultProxy::start(redis.port).await);
+                proxies[i].url()
+            } else {
+                redis.url()
+            };
             hosts.push(HostProcess::start(&[
                 "run",
                 "--redis-url",
-                &redis.url(),
+                &url,
                 "--jobs-dir",
                 jobs.to_str().unwrap(),
                 "--data-dir",
@@ -66,6 +96,7 @@ impl Cluster {
             dir,
             redis,
             hosts,
+            proxies,
             expected: generated.expected,
         }
     }
@@ -299,11 +330,13 @@ async fn redis_restart(aof: bool) {
     };
     let mut cluster = Cluster::start_on(
         redis,
+        false,
         if aof { "restart-aof" } else { "restart-empty" },
         2_000,
         "1s",
         "200ms",
-    );
+    )
+    .await;
     let first = cluster
         .host_logging("became leader", None, Duration::from_secs(60))
         .await;
@@ -366,4 +399,112 @@ async fn after_a_redis_crash_with_an_append_only_file_tokens_keep_growing() {
 #[tokio::test]
 async fn after_a_redis_crash_that_loses_everything_tokens_still_grow() {
     deadline(Duration::from_secs(300), redis_restart(false)).await;
+}
+
+fn timestamp_of(line: &str) -> String {
+    let v: Value = serde_json::from_str(line).unwrap();
+    v["timestamp"].as_str().unwrap().to_string()
+}
+
+/// The leader loses Redis mid-run (`fault` on its proxy only). It must stop acting at its local
+/// deadline, before a successor's term begins (I3); nothing of its term may land after that,
+/// even bytes it had in flight (`Fault::Hold` delivers them late); and after healing it rejoins
+/// as a follower.
+async fn cut_off(name: &str, fault: Fault) {
+    let cluster = Cluster::start_proxied(name, 30_000, "1s", "200ms").await;
+    let recorder = Recorder::start(&cluster.redis).await;
+    let first = cluster
+        .host_logging("became leader", None, Duration::from_secs(60))
+        .await;
+    cluster.trigger();
+    cluster.wait_steps(first, 2, Duration::from_secs(120)).await;
+    let followed_before = cluster.hosts[first].log_lines_with("\"following\"").len();
+    cluster.proxies[first].set(fault);
+
+    let second = cluster
+        .host_logging("became leader", Some(first), Duration::from_secs(30))
+        .await;
+    let stopped = cluster.hosts[first]
+        .wait_for_log("stopped leading", Duration::from_secs(30))
+        .await;
+    assert!(stopped.contains("local lease deadline passed"), "{stopped}");
+    let took_over = &cluster.hosts[second].log_lines_with("became leader")[0];
+    assert!(
+        timestamp_of(&stopped) <= timestamp_of(took_over),
+        "n{first} acted until {} but n{second} led from {}",
+        timestamp_of(&stopped),
+        timestamp_of(took_over)
+    );
+
+    cluster.proxies[first].set(Fault::None);
+    wait_for(
+        &format!("n{first} to rejoin as a follower"),
+        Duration::from_secs(30),
+        || {
+            let n = cluster.hosts[first].log_lines_with("\"following\"").len();
+            async move { (n > followed_before).then_some(()) }
+        },
+    )
+    .await;
+    let record = cluster.wait_done(Duration::from_secs(120)).await;
+    assert_eq!(record["node"], format!("n{second}"));
+    cluster.assert_one_correct_result(&recorder).await;
+}
+
+#[tokio::test]
+async fn a_leader_cut_off_from_redis_stops_at_its_local_deadline_and_rejoins_as_a_follower() {
+    deadline(
+        Duration::from_secs(300),
+        cut_off("cutoff", Fault::Blackhole),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn writes_held_in_flight_and_released_after_a_takeover_are_refused() {
+    deadline(Duration::from_secs(300), cut_off("held", Fault::Hold)).await;
+}
+
+#[tokio::test]
+async fn slow_redis_moves_leadership_at_most_once() {
+    deadline(Duration::from_secs(300), async {
+        // redis-timeout is heartbeat / 2 = 100 ms.
+        let cluster = Cluster::start_proxied("slow", 30_000, "1s", "200ms").await;
+        let recorder = Recorder::start(&cluster.redis).await;
+        let first = cluster
+            .host_logging("became leader", None, Duration::from_secs(60))
+            .await;
+        // 2 × 30 ms per round trip: slow, but within the timeout. Nothing changes.
+        cluster.proxies[first].set(Fault::Latency(Duration::from_millis(30)));
+        cluster.trigger();
+        let record = cluster.wait_done(Duration::from_secs(120)).await;
+        assert_eq!(record["node"], format!("n{first}"));
+        assert_eq!(
+            all_terms(&cluster).len(),
+            1,
+            "leadership moved under latency below the timeout"
+        );
+        cluster.assert_one_correct_result(&recorder).await;
+
+        // 2 × 150 ms: every renewal times out. Leadership moves once, and stays moved.
+        cluster.proxies[first].set(Fault::Latency(Duration::from_millis(150)));
+        let second = cluster
+            .host_logging("became leader", Some(first), Duration::from_secs(30))
+            .await;
+        let mut c = cluster.redis.conn().await;
+        let _: () = redis::AsyncCommands::del(&mut c, RUN_KEY).await.unwrap();
+        cluster.trigger();
+        let record = cluster.wait_done(Duration::from_secs(120)).await;
+        assert_eq!(record["node"], format!("n{second}"));
+        assert_eq!(
+            all_terms(&cluster).len(),
+            2,
+            "more than one change of leader for one fault: {:?}",
+            all_terms(&cluster)
+        );
+        recorder
+            .check()
+            .unwrap_or_else(|v| panic!("fencing violated:\n{v}"));
+    })
+    .await;
 }

@@ -7,6 +7,9 @@
 // Shared helpers: Redis server, guest builds, host processes, waiting.
 mod harness;
 
+// A fault proxy between a host and Redis: latency, hold-then-release, blackhole.
+mod proxy;
+
 // The lease scripts: a table of acquire / renew / release cases.
 mod lease;
 
