@@ -35,12 +35,12 @@ use tokio::sync::Notify;
 
 use redis::aio::ConnectionManager;
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::config::{Timing, show};
 use crate::keys::JobKeys;
 use crate::lease::{self, Acquired};
-use crate::term::Term;
+use crate::term::{Term, mono_ms};
 
 /// This node's role for one job.
 #[derive(Clone, Debug)]
@@ -218,7 +218,7 @@ impl Elector {
             let wait = match acquired {
                 Ok(Ok(Acquired::Granted { token })) => {
                     let term = Term::new(token, owner.clone(), sent + self.timing.leader_window());
-                    info!(job, node, token, owner = %owner, ttl = %show(lease_ttl), "became leader");
+                    info!(job, node, token, owner = %owner, ttl = %show(lease_ttl), sent_ms = mono_ms(sent), deadline_ms = term.deadline_ms(), "became leader");
                     role.send_replace(Role::Leader(term.clone()));
                     let ended = self.lead(&mut conn, &term, &mut resign).await;
                     term.end();
@@ -248,7 +248,13 @@ impl Elector {
                             break;
                         }
                         Ended::Lost(why) => {
-                            warn!(job, node, token, "stopped leading: {why}");
+                            warn!(
+                                job,
+                                node,
+                                token,
+                                at_ms = mono_ms(Instant::now()),
+                                "stopped leading: {why}"
+                            );
                             role.send_replace(Role::Candidate);
                             continue;
                         }
@@ -312,10 +318,13 @@ impl Elector {
             let sent = Instant::now();
             tokio::select! {
                 renewed = tokio::time::timeout(redis_timeout, lease::renew(conn, &self.keys, term.owner(), lease_ttl)) => match renewed {
-                    Ok(Ok(true)) => term.extend(sent + self.timing.leader_window()),
+                    Ok(Ok(true)) => {
+                        term.extend(sent + self.timing.leader_window());
+                        debug!(job, node, token, sent_ms = mono_ms(sent), deadline_ms = term.deadline_ms(), "renewed");
+                    }
                     Ok(Ok(false)) => return Ended::Lost("the lease is no longer ours".into()),
-                    Ok(Err(e)) => warn!(job, node, token, left = %show(term.time_left()), "renewal failed: {e}"),
-                    Err(_) => warn!(job, node, token, left = %show(term.time_left()), "renewal got no reply within {}", show(redis_timeout)),
+                    Ok(Err(e)) => warn!(job, node, token, sent_ms = mono_ms(sent), deadline_ms = term.deadline_ms(), "renewal failed: {e}"),
+                    Err(_) => warn!(job, node, token, sent_ms = mono_ms(sent), deadline_ms = term.deadline_ms(), "renewal got no reply within {}", show(redis_timeout)),
                 },
                 _ = term.ended() => return Ended::Lost(ended_reason(term)),
             }

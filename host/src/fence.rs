@@ -22,6 +22,7 @@ use redis::Script;
 use redis::aio::ConnectionLike;
 
 use crate::keys::JobKeys;
+use crate::term::{Term, mono_ms};
 
 static FENCED_WRITE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -191,4 +192,74 @@ pub async fn current<C: ConnectionLike>(
     Ok(token
         .and_then(|t| t.parse().ok())
         .map(|t| (t, holder.unwrap_or_default())))
+}
+
+/// Why a term's write did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum TermWriteError {
+    /// The term had ended (locally) before or while the write was on its way.
+    #[error("the term has ended")]
+    Ended,
+    /// The fence refused the write; the term has been ended.
+    #[error("{0}")]
+    Refused(Refusal),
+    /// Redis could not be asked.
+    #[error("redis: {0}")]
+    Redis(redis::RedisError),
+}
+
+/// The one way a term writes (runner and guest alike): refused locally once `term` has ended
+/// (I3), abandoned if the term ends while waiting for Redis, and a refusal by the fence ends
+/// the term at once. Emits a `fenced write` debug event with the send time and the term's
+/// deadline on the monotonic clock and the outcome, for history checks.
+pub async fn write_in_term<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &JobKeys,
+    term: &Term,
+    (job, node): (&str, &str),
+    writes: &[(String, &[u8])],
+    deletes: &[String],
+) -> Result<(), TermWriteError> {
+    let token = term.token();
+    let sent_ms = mono_ms(std::time::Instant::now());
+    let deadline_ms = term.deadline_ms();
+    let first_key = writes
+        .first()
+        .map(|w| w.0.as_str())
+        .or(deletes.first().map(String::as_str))
+        .unwrap_or("");
+    let outcome = if !term.still_leader() {
+        Err(TermWriteError::Ended)
+    } else {
+        tokio::select! {
+            r = write_and_delete(conn, keys, term.owner(), token, writes, deletes) => match r {
+                Ok(()) => Ok(()),
+                Err(FenceError::Refused(refusal)) => {
+                    tracing::warn!(job, node, token, key = first_key, "write refused: {refusal}; stepping down");
+                    term.end();
+                    Err(TermWriteError::Refused(refusal))
+                }
+                Err(FenceError::Redis(e)) => Err(TermWriteError::Redis(e)),
+            },
+            _ = term.ended() => Err(TermWriteError::Ended),
+        }
+    };
+    let result = match &outcome {
+        Ok(()) => "accepted",
+        Err(TermWriteError::Ended) => "ended",
+        Err(TermWriteError::Refused(_)) => "refused",
+        Err(TermWriteError::Redis(_)) => "unavailable",
+    };
+    tracing::debug!(
+        job,
+        node,
+        token,
+        key = first_key,
+        keys = writes.len() + deletes.len(),
+        sent_ms,
+        deadline_ms,
+        result,
+        "fenced write"
+    );
+    outcome
 }

@@ -23,7 +23,7 @@ use tracing::{error, info, warn};
 
 use crate::config::{Timing, show};
 use crate::elector::Role;
-use crate::fence::{self, FenceError};
+use crate::fence::{self, TermWriteError};
 use crate::keys::JobKeys;
 use crate::runs::{self, RunRecord, RunStatus};
 use crate::runtime::{LoadedJob, RunInfo, Runtime, StepContext, StepError, StepOutcome};
@@ -332,48 +332,26 @@ impl Runner {
         } else {
             vec![]
         };
-        if !term.still_leader() {
-            return Err(RunEnd::Lost);
-        }
+        let who = (self.job.spec.name.as_str(), self.node.as_str());
         let mut conn = self.conn.clone();
-        let write = fence::write_and_delete(
-            &mut conn,
-            &keys,
-            term.owner(),
-            term.token(),
-            &sets,
-            &deletes,
-        );
-        match self.in_term(term, write).await {
+        match fence::write_in_term(&mut conn, &keys, term, who, &sets, &deletes).await {
             Ok(()) => Ok(()),
-            Err(RunEnd::Interrupted(_)) | Err(RunEnd::Lost) if !term.still_leader() => {
-                Err(RunEnd::Lost)
-            }
-            Err(end) => Err(end),
+            Err(TermWriteError::Ended | TermWriteError::Refused(_)) => Err(RunEnd::Lost),
+            Err(TermWriteError::Redis(e)) => Err(RunEnd::Interrupted(e.to_string())),
         }
     }
 }
 
 impl Runner {
-    /// Runs one Redis call of `term`'s work: a call still pending when the term ends is
-    /// abandoned (whatever it does then, the fence decides). A refused fenced write ends the
-    /// term.
+    /// Runs one Redis read of `term`'s work: a call still pending when the term ends is
+    /// abandoned.
     async fn in_term<T, E: Into<anyhow::Error>>(
         &self,
         term: &Term,
         call: impl std::future::Future<Output = Result<T, E>>,
     ) -> Result<T, RunEnd> {
         tokio::select! {
-            r = call => r.map_err(|e| {
-                let e: anyhow::Error = e.into();
-                if let Some(FenceError::Refused(refusal)) = e.downcast_ref::<FenceError>() {
-                    warn!(job = %self.job.spec.name, node = %self.node, token = term.token(), "run record write refused: {refusal}; stepping down");
-                    term.end();
-                    RunEnd::Lost
-                } else {
-                    RunEnd::Interrupted(format!("{e:#}"))
-                }
-            }),
+            r = call => r.map_err(|e| RunEnd::Interrupted(format!("{:#}", e.into()))),
             _ = term.ended() => Err(RunEnd::Lost),
         }
     }

@@ -29,7 +29,7 @@ use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder, UpdateDea
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
 
-use crate::fence::{self, FenceError, Refusal};
+use crate::fence::{self, Refusal, TermWriteError};
 use crate::keys::JobKeys;
 use crate::spec::{HostLimits, JobSpec, Limits};
 use crate::term::Term;
@@ -243,29 +243,17 @@ impl store::Host for HostState {
         if value.len() as u64 > max_write {
             return Ok(Err(store::WriteError::TooLarge(max_write)));
         }
-        if !ctx.term.still_leader() {
-            return Ok(Err(store::WriteError::NotLeader));
-        }
-        let full = ctx.keys.data(&key);
-        let (owner, token) = (ctx.term.owner().to_string(), ctx.term.token());
-        let writes = [(full, value.as_slice())];
-        let res = tokio::select! {
-            r = fence::write(&mut ctx.conn, &ctx.keys, &owner, token, &writes) => Some(r),
-            _ = ctx.term.ended() => None,
-        };
-        match res {
-            Some(Ok(())) => Ok(Ok(())),
-            Some(Err(FenceError::Refused(refusal))) => {
-                warn!(job = %ctx.job, node = %ctx.node, token, key = %key, "write refused: {refusal}; stepping down");
-                ctx.term.end();
+        let writes = [(ctx.keys.data(&key), value.as_slice())];
+        let who = (ctx.job.as_str(), ctx.node.as_str());
+        match fence::write_in_term(&mut ctx.conn, &ctx.keys, &ctx.term, who, &writes, &[]).await {
+            Ok(()) => Ok(Ok(())),
+            Err(TermWriteError::Refused(refusal)) => {
                 let text = refusal.to_string();
                 self.refusal = Some(refusal);
                 Ok(Err(store::WriteError::Fenced(text)))
             }
-            Some(Err(FenceError::Redis(e))) => {
-                Ok(Err(store::WriteError::Unavailable(e.to_string())))
-            }
-            None => Ok(Err(store::WriteError::NotLeader)),
+            Err(TermWriteError::Redis(e)) => Ok(Err(store::WriteError::Unavailable(e.to_string()))),
+            Err(TermWriteError::Ended) => Ok(Err(store::WriteError::NotLeader)),
         }
     }
 

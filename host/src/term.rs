@@ -27,6 +27,11 @@ fn nanos(at: Instant) -> u64 {
     at.saturating_duration_since(base()).as_nanos() as u64 + 1
 }
 
+/// Milliseconds on this process's monotonic clock (for events: comparable within one process).
+pub fn mono_ms(at: Instant) -> u64 {
+    nanos(at) / 1_000_000
+}
+
 fn instant(nanos: u64) -> Instant {
     base() + Duration::from_nanos(nanos.saturating_sub(1))
 }
@@ -82,6 +87,11 @@ impl Term {
             0 => None,
             d => Some(instant(d)),
         }
+    }
+
+    /// The local deadline in [`mono_ms`], 0 once ended.
+    pub fn deadline_ms(&self) -> u64 {
+        self.deadline().map(mono_ms).unwrap_or(0)
     }
 
     /// Time left before the local deadline (zero once ended or expired).

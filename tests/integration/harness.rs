@@ -260,12 +260,13 @@ pub fn leasehold_bin() -> &'static str {
 }
 
 impl HostProcess {
-    /// Starts `leasehold <args…>` with logs in JSON.
+    /// Starts `leasehold <args…>` with logs in JSON, including leasehold's debug events
+    /// (renewals and fenced writes with their monotonic send times and deadlines).
     pub fn start(args: &[&str]) -> Self {
         let mut child = Command::new(leasehold_bin())
             .args(args)
             .env("LEASEHOLD_LOG_FORMAT", "json")
-            .env("LEASEHOLD_LOG", "info")
+            .env("LEASEHOLD_LOG", "info,leasehold=debug")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
