@@ -551,3 +551,95 @@ async fn slow_redis_moves_leadership_at_most_once() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn cpu_heavy_guests_on_every_host_do_not_starve_lease_renewal() {
+    deadline(Duration::from_secs(300), async {
+        // Host i alone runs spinner-i (a CPU-bound job firing every second), and all three
+        // campaign for the reconciliation, which is CPU-bound too. Two cores, three busy hosts.
+        let redis = RedisServer::start().await;
+        let dir = TempDir::new("cpu");
+        let day = dir.join(&format!("data/reconciliation/{PERIOD}"));
+        std::fs::create_dir_all(&day).unwrap();
+        let generated = recon_core::generate_on(30_000, 9, recon_core::parse_date(PERIOD).unwrap());
+        std::fs::write(day.join("bank.csv"), &generated.bank_csv).unwrap();
+        std::fs::write(day.join("ledger.csv"), &generated.ledger_csv).unwrap();
+        let mut hosts = Vec::new();
+        for (i, spinner) in ["spinner_a", "spinner_b", "spinner_c"].iter().enumerate() {
+            let jobs = dir.join(&format!("jobs-{i}"));
+            std::fs::create_dir_all(&jobs).unwrap();
+            std::fs::copy(guests().wasm(spinner), jobs.join(format!("{spinner}.wasm"))).unwrap();
+            std::fs::copy(
+                guests().wasm("reconciliation"),
+                jobs.join("reconciliation.wasm"),
+            )
+            .unwrap();
+            let data = dir.join("data");
+            hosts.push(HostProcess::start(&[
+                "run",
+                "--redis-url",
+                &redis.url(),
+                "--jobs-dir",
+                jobs.to_str().unwrap(),
+                "--data-dir",
+                data.to_str().unwrap(),
+                "--node-id",
+                &format!("n{i}"),
+                "--lease-ttl",
+                "1s",
+                "--heartbeat",
+                "200ms",
+            ]));
+        }
+        let out = std::process::Command::new(leasehold_bin())
+            .args([
+                "trigger",
+                "reconciliation",
+                "--period",
+                PERIOD,
+                "--redis-url",
+                &redis.url(),
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        // Every spinner completes three runs and the reconciliation completes.
+        wait_for(
+            "three runs of every spinner and the reconciliation",
+            Duration::from_secs(200),
+            || {
+                let runs_of = |h: &HostProcess, job: &str| {
+                    h.log_lines_with("\"run done\"")
+                        .iter()
+                        .filter(|l| l.contains(&format!("\"job\":\"{job}\"")))
+                        .count()
+                };
+                let spinners_done = ["spinner-a", "spinner-b", "spinner-c"]
+                    .iter()
+                    .enumerate()
+                    .all(|(i, job)| runs_of(&hosts[i], job) >= 3);
+                let recon_done = hosts.iter().any(|h| runs_of(h, "reconciliation") >= 1);
+                async move { (spinners_done && recon_done).then_some(()) }
+            },
+        )
+        .await;
+        // Meanwhile no renewal was late and no leadership moved: one term per job.
+        for (i, h) in hosts.iter().enumerate() {
+            let late: Vec<String> = h
+                .log()
+                .into_iter()
+                .filter(|l| l.contains("renewal") || l.contains("stopped leading"))
+                .collect();
+            assert!(late.is_empty(), "n{i} struggled to renew: {late:?}");
+        }
+        let terms: usize = hosts
+            .iter()
+            .map(|h| h.log_lines_with("became leader").len())
+            .sum();
+        assert_eq!(
+            terms, 4,
+            "one term for each spinner and one for the reconciliation"
+        );
+    })
+    .await;
+}
