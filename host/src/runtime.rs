@@ -504,15 +504,14 @@ impl Runtime {
     }
 }
 
+/// One line naming what went wrong: the trap (`unreachable` after a panic, call stack
+/// exhausted, …) or the root cause (a memory grow refused by the limits). A panic's message
+/// comes through the guest's stderr, which is logged with the step.
 fn trap_message(e: &wasmtime::Error) -> String {
-    let mut msg = e.to_string();
-    if let Some(trap) = e.downcast_ref::<wasmtime::Trap>() {
-        let t = trap.to_string();
-        if !msg.contains(&t) {
-            msg = format!("{msg}: {t}");
-        }
+    match e.downcast_ref::<wasmtime::Trap>() {
+        Some(trap) => trap.to_string(),
+        None => e.root_cause().to_string(),
     }
-    msg
 }
 
 #[cfg(test)]

@@ -212,3 +212,66 @@ async fn a_step_that_ignores_its_term_is_stopped_when_the_term_ends() {
     })
     .await;
 }
+
+/// Runs the probe's `mode` step in a term that lasts a minute.
+async fn misbehave(
+    runtime: &Runtime,
+    redis: &RedisServer,
+    mode: &str,
+) -> Result<StepOutcome, StepError> {
+    let job = runtime
+        .load(&guests().wasm("probe"))
+        .await
+        .expect("probe loads");
+    let conn = redis::aio::ConnectionManager::new(redis.client())
+        .await
+        .unwrap();
+    let ctx = StepContext {
+        job: "probe".into(),
+        node: "test".into(),
+        keys: JobKeys::new("probe"),
+        term: Term::new(1, "test:1".into(), Instant::now() + Duration::from_secs(60)),
+        conn,
+        data_dir: None,
+    };
+    let run = RunInfo {
+        period: mode.into(),
+        scheduled_at: String::new(),
+        attempt: 1,
+    };
+    runtime.run_step(&job, ctx, &run, 0, None).await
+}
+
+#[tokio::test]
+async fn a_trap_a_loop_a_memory_bomb_or_a_stack_overflow_fails_only_that_step() {
+    deadline(Duration::from_secs(120), async {
+        let redis = RedisServer::start().await;
+        let runtime = Runtime::new(HostLimits::default()).unwrap();
+        let cases = [
+            (
+                "panic",
+                "wasm trap: wasm `unreachable` instruction executed",
+            ),
+            ("oom", "forcing trap when growing memory to"),
+            ("recurse", "wasm trap: call stack exhausted"),
+        ];
+        for (mode, message) in cases {
+            match misbehave(&runtime, &redis, mode).await {
+                Err(StepError::Trap(m)) => assert!(m.starts_with(message), "{mode}: {m}"),
+                other => panic!("{mode}: {other:?}"),
+            }
+        }
+        // The probe's step time limit is 3 s; its term lasts a minute.
+        match misbehave(&runtime, &redis, "spin").await {
+            Err(StepError::Timeout(limit)) => assert_eq!(limit, "3s"),
+            other => panic!("spin: {other:?}"),
+        }
+        // The same runtime still runs a well-behaved step afterwards.
+        let addr = format!("127.0.0.1:{}", redis.port);
+        assert!(matches!(
+            misbehave(&runtime, &redis, &addr).await,
+            Ok(StepOutcome::Continue(_))
+        ));
+    })
+    .await;
+}

@@ -77,9 +77,15 @@ impl FaultProxy {
     pub fn set(&self, fault: Fault) {
         let was = self.fault.send_replace(fault);
         if was == Fault::Blackhole && fault != Fault::Blackhole {
-            for h in self.conns.lock().unwrap().drain(..) {
-                h.abort();
-            }
+            self.reset();
+        }
+    }
+
+    /// Closes every open connection now (requests in flight get no answer); new connections
+    /// are accepted as before.
+    pub fn reset(&self) {
+        for h in self.conns.lock().unwrap().drain(..) {
+            h.abort();
         }
     }
 }

@@ -3,8 +3,11 @@
 //! that only the fenced write can succeed.
 //!
 //! `run.period` carries the address of a TCP server (the test's Redis) to try to reach, or
-//! `spin`: then the step computes forever without ever asking `still-leader`, as a CPU-bound
-//! job that ignores its term would.
+//! names a misbehaviour instead:
+//! - `spin`: compute forever without ever asking `still-leader`;
+//! - `panic`: panic with a message;
+//! - `oom`: allocate without bound;
+//! - `recurse`: recurse without bound.
 
 use std::io::Write as _;
 
@@ -23,7 +26,7 @@ impl Guest for Probe {
             time_zone: "UTC".into(),
             limits: Limits {
                 max_memory_bytes: 0,
-                max_step_millis: 0,
+                max_step_millis: 3_000,
                 max_write_bytes: 1024,
             },
         }
@@ -35,11 +38,29 @@ impl Guest for Probe {
         step: u32,
         _state: Option<Vec<u8>>,
     ) -> Result<StepOutcome, JobError> {
-        if run.period == "spin" {
-            let mut x: u64 = 0;
-            loop {
-                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        match run.period.as_str() {
+            "spin" => {
+                let mut x: u64 = 0;
+                loop {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
             }
+            "panic" => panic!("probe panics on purpose in step {step}"),
+            "oom" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1u8; 16 << 20]);
+                    std::hint::black_box(&hoard);
+                }
+            }
+            "recurse" => {
+                #[allow(unconditional_recursion)]
+                fn down(n: u64) -> u64 {
+                    std::hint::black_box(down(std::hint::black_box(n + 1))) + 1
+                }
+                return Ok(StepOutcome::Continue(down(0).to_le_bytes().to_vec()));
+            }
+            _ => {}
         }
         let mut out = Vec::new();
         out.push(format!("still-leader: {}", term.still_leader()));
