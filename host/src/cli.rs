@@ -260,14 +260,21 @@ async fn trigger(args: TriggerArgs) -> anyhow::Result<()> {
     )
     .await?;
     let keys = JobKeys::new(&args.job);
-    if let Some(r) = runs::read(&mut conn, &keys, &period).await?
-        && r.status == runs::RunStatus::Done
-    {
-        println!(
-            "{} period {period} is already done (token {}, node {}); not run again",
-            args.job, r.token, r.node
-        );
-        return Ok(());
+    match runs::read(&mut conn, &keys, &period).await? {
+        Some(r) if r.status == runs::RunStatus::Done => {
+            println!(
+                "{} period {period} is already done (token {}, node {}); not run again",
+                args.job, r.token, r.node
+            );
+            return Ok(());
+        }
+        Some(r) if r.status == runs::RunStatus::Failed => anyhow::bail!(
+            "{} period {period} failed ({}); failed runs are final in this version. To run it again, delete its record: DEL {}",
+            args.job,
+            r.error.unwrap_or_default(),
+            keys.run(&period)
+        ),
+        _ => {}
     }
     let added = runs::request(&mut conn, &keys, &period).await?;
     if added {

@@ -256,6 +256,9 @@ impl Elector {
                                 "stopped leading: {why}"
                             );
                             role.send_replace(Role::Candidate);
+                            // If Redis still holds our lease (a renewal that arrived late),
+                            // give it back so that nobody waits out its TTL.
+                            self.release_quietly(&mut conn, &owner).await;
                             continue;
                         }
                     }
@@ -267,8 +270,17 @@ impl Elector {
                         info!(job, node, leader = %holder, "following");
                         role.send_replace(Role::Follower { leader: holder });
                     }
-                    // Wake when the lease we saw runs out.
-                    ttl.clamp(Duration::from_millis(1), lease_ttl) + Duration::from_millis(1)
+                    match ttl {
+                        // Wake when the lease we saw runs out.
+                        Some(ttl) => {
+                            ttl.clamp(Duration::from_millis(1), lease_ttl)
+                                + Duration::from_millis(1)
+                        }
+                        None => {
+                            warn!(job, node, key = %self.keys.lease(), "the lease key has no expiry (set by hand?); campaigning every heartbeat until it is gone");
+                            heartbeat
+                        }
+                    }
                 }
                 Ok(Err(e)) => {
                     warn!(job, node, "campaign failed: {e}");
@@ -283,6 +295,8 @@ impl Elector {
                         show(redis_timeout)
                     );
                     role.send_replace(Role::Candidate);
+                    // The acquire may still be applied after we gave up on it.
+                    self.release_quietly(&mut conn, &owner).await;
                     heartbeat
                 }
             };
@@ -293,6 +307,19 @@ impl Elector {
             }
         }
         role.send_replace(Role::Stopped);
+    }
+
+    /// Releases `owner`'s lease if Redis still holds it (owner-checked), without waiting longer
+    /// than the Redis timeout or complaining: used after a term ended uncleanly.
+    async fn release_quietly(&self, conn: &mut ConnectionManager, owner: &str) {
+        let released = tokio::time::timeout(
+            self.timing.redis_timeout,
+            lease::release(conn, &self.keys, owner),
+        )
+        .await;
+        if let Ok(Ok(true)) = released {
+            info!(job = %self.job, node = %self.node, "gave back a lease Redis still held for a term that had ended");
+        }
     }
 
     /// Renews every heartbeat until the term ends or the node resigns.

@@ -10,6 +10,7 @@
 //! | `lh:{job}:run:<period>` | string (JSON) | fenced write (runner) | the run record of one period |
 //! | `lh:{job}:ckpt:<period>` | string (bytes) | fenced write (runner), with the run record | the state the next step resumes from |
 //! | `lh:{job}:requests` | set | `leasehold trigger` | periods asked for by an operator |
+//! | `lh:{job}:open` | set | runner, after a fenced write | periods whose run is `running` or `waiting` |
 //!
 //! Channel `lh:{job}:released` (pub/sub, not a key): the release script publishes the old
 //! owner there, so followers campaign at once instead of waiting for the TTL.
@@ -58,6 +59,11 @@ impl JobKeys {
         format!("{}ckpt:{period}", self.prefix)
     }
 
+    /// Periods whose run is open (`running` or `waiting`), so a new leader finds them.
+    pub fn open_runs(&self) -> String {
+        format!("{}open", self.prefix)
+    }
+
     /// Pub/sub channel announcing that the lease was released.
     pub fn released_channel(&self) -> String {
         format!("{}released", self.prefix)
@@ -84,6 +90,7 @@ mod tests {
             k.run("2026-11-27"),
             k.checkpoint("2026-11-27"),
             k.requests(),
+            k.open_runs(),
         ] {
             assert!(key.starts_with("lh:{recon}:"), "{key}");
         }

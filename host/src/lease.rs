@@ -93,8 +93,9 @@ pub enum Acquired {
     Held {
         /// The current owner (`node-id:uuid`), empty if the key vanished meanwhile.
         holder: String,
-        /// Time left on their lease as Redis sees it.
-        ttl: Duration,
+        /// Time left on their lease as Redis sees it; `None` when the key has no expiry
+        /// (never set so by Leasehold).
+        ttl: Option<Duration>,
     },
 }
 
@@ -132,7 +133,7 @@ pub async fn acquire<C: ConnectionLike>(
     } else {
         Ok(Acquired::Held {
             holder: value,
-            ttl: Duration::from_millis(ttl_ms.max(0) as u64),
+            ttl: (ttl_ms >= 0).then(|| Duration::from_millis(ttl_ms as u64)),
         })
     }
 }

@@ -10,7 +10,8 @@
 //! * [`elector`] — the per-job election state machine; [`term`] — a term and its local deadline.
 //! * [`lease`] and [`fence`] — the Redis scripts that make election and fencing atomic.
 //! * [`runner`] — drives a job's runs while leading; [`runs`] — run records and checkpoints.
-//! * [`runtime`] — the wasmtime wrapper and the host side of the `job` world (`wit/job.wit`).
+//! * [`runtime`] — the wasmtime wrapper and the host side of the `job` world (`wit/job.wit`);
+//!   [`sandbox`] — the memory budget and the guest's stderr.
 //! * [`spec`] — job specs, schedules and periods; [`config`] — validated timings (I4).
 //! * [`keys`] — the Redis key layout; [`demo`] — `leasehold demo`, the narrated reference scenario.
 
@@ -26,5 +27,6 @@ pub mod redis_conn;
 pub mod runner;
 pub mod runs;
 pub mod runtime;
+pub mod sandbox;
 pub mod spec;
 pub mod term;

@@ -74,9 +74,15 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let node = cfg.node_id.clone();
     let runtime = Runtime::new(HostLimits::default())?;
-    // Run records, checkpoints and guest writes: bounded by the term they belong to, not by the
-    // Redis timeout (a large write over a slow link may take longer than a renewal may).
-    let conn = redis_conn::connect(&cfg.redis_url, cfg.timing.redis_timeout, None).await?;
+    // Run records, checkpoints and guest writes: bounded by the term they belong to (and by one
+    // lease TTL per command), not by the Redis timeout: a large write over a slow link may take
+    // longer than a renewal may.
+    let conn = redis_conn::connect(
+        &cfg.redis_url,
+        cfg.timing.redis_timeout,
+        Some(cfg.timing.lease_ttl),
+    )
+    .await?;
     let jobs = load_jobs(&runtime, &cfg.jobs_dir).await?;
     if jobs.is_empty() {
         warn!(node = %node, dir = %cfg.jobs_dir.display(), "no job loaded; add .wasm components to the jobs directory and restart");
@@ -97,7 +103,6 @@ pub async fn run(
     let (resign, resigned) = watch::channel(false);
     let mut electors = Vec::new();
     let mut runners = Vec::new();
-    let mut roles: HashMap<String, watch::Receiver<Role>> = HashMap::new();
     for job in jobs {
         let name = job.spec.name.clone();
         let data_dir = cfg.data_dir.as_ref().map(|d| d.join(&name));
@@ -110,7 +115,6 @@ pub async fn run(
             None => None,
         };
         let (role_tx, role_rx) = watch::channel(Role::Candidate);
-        roles.insert(name.clone(), role_rx.clone());
         let keys = JobKeys::new(&name);
         let released = Arc::new(tokio::sync::Notify::new());
         release_notices.insert(keys.released_channel(), released.clone());
@@ -118,7 +122,7 @@ pub async fn run(
             job: name.clone(),
             node: node.clone(),
             timing: cfg.timing,
-            keys,
+            keys: keys.clone(),
             released,
         };
         electors.push(leases.handle().spawn(elector.run(
@@ -133,6 +137,7 @@ pub async fn run(
             node: node.clone(),
             timing: cfg.timing,
             data_dir,
+            keys,
         };
         runners.push(tokio::spawn(runner.run(role_rx, runners_stop.clone())));
     }
@@ -142,7 +147,7 @@ pub async fn run(
         release_notices,
         resigned.clone(),
     ));
-    info!(node = %node, jobs = roles.len(), ttl = %crate::config::show(cfg.timing.lease_ttl), heartbeat = %crate::config::show(cfg.timing.heartbeat), "node started");
+    info!(node = %node, jobs = runners.len(), ttl = %crate::config::show(cfg.timing.lease_ttl), heartbeat = %crate::config::show(cfg.timing.heartbeat), "node started");
 
     shutdown.await;
     info!(node = %node, "shutting down: stopping running steps");

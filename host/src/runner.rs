@@ -34,6 +34,24 @@ use crate::term::Term;
 pub const NOT_READY_RETRY: Duration = Duration::from_secs(30);
 /// How long after a Redis error the runner tries again.
 const ERROR_RETRY: Duration = Duration::from_secs(1);
+/// Finished periods remembered to avoid re-reading their records; forgotten all at once when
+/// full (forgetting costs one read per period).
+const DONE_CACHE: usize = 10_000;
+/// Longest error message kept in a run record.
+const ERROR_MAX: usize = 4096;
+
+/// `why`, cut to [`ERROR_MAX`] bytes on a character boundary.
+fn clip(mut why: String) -> String {
+    if why.len() > ERROR_MAX {
+        let mut cut = ERROR_MAX;
+        while !why.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        why.truncate(cut);
+        why.push_str(" [cut]");
+    }
+    why
+}
 
 /// Everything one job's runner needs.
 pub struct Runner {
@@ -49,6 +67,8 @@ pub struct Runner {
     pub timing: Timing,
     /// `<data-dir>/<job>/` when it exists.
     pub data_dir: Option<PathBuf>,
+    /// The job's keys.
+    pub keys: JobKeys,
 }
 
 /// How a period's run ended on this node.
@@ -63,13 +83,11 @@ enum RunEnd {
     Lost,
     /// A Redis error interrupted the run; it resumes from its last checkpoint.
     Interrupted(String),
+    /// The run record is unreadable; the period is skipped (logged as an error).
+    Broken,
 }
 
 impl Runner {
-    fn keys(&self) -> JobKeys {
-        JobKeys::new(&self.job.spec.name)
-    }
-
     /// Runs the job whenever `role` says this node leads, until `shutdown` turns true.
     pub async fn run(self, mut role: watch::Receiver<Role>, mut shutdown: watch::Receiver<bool>) {
         let mut done = HashSet::new();
@@ -138,13 +156,22 @@ impl Runner {
                 continue;
             };
             match self.run_period(term, &period).await {
-                RunEnd::Done | RunEnd::Failed => {
+                end @ (RunEnd::Done | RunEnd::Failed | RunEnd::Broken) => {
+                    if done.len() >= DONE_CACHE {
+                        done.clear();
+                    }
                     done.insert(period.id.clone());
                     not_before.remove(&period.id);
-                    if let Err(e) =
-                        runs::clear_request(&mut self.conn.clone(), &self.keys(), &period.id).await
-                    {
-                        warn!(job, node, token, period = %period.id, "cannot clear the run request: {e}");
+                    let mut conn = self.conn.clone();
+                    let cleared = async {
+                        runs::clear_request(&mut conn, &self.keys, &period.id).await?;
+                        if !matches!(end, RunEnd::Broken) {
+                            runs::mark_open(&mut conn, &self.keys, &period.id, false).await?;
+                        }
+                        Ok::<_, redis::RedisError>(())
+                    };
+                    if let Err(e) = cleared.await {
+                        warn!(job, node, token, period = %period.id, "cannot clear the run's request or open mark: {e}");
                     }
                 }
                 RunEnd::Waiting => {
@@ -159,20 +186,29 @@ impl Runner {
         }
     }
 
-    /// Periods that may need work, in id order: the schedule's current period and requested
-    /// periods, minus those known to be finished.
-    /// The caller bounds it by the term.
+    /// Periods that may need work, in id order: the schedule's current period, periods whose
+    /// run is open (`running`/`waiting`, possibly left by an earlier leader), and requested
+    /// periods, minus those known to be finished (whose requests are cleared). The caller
+    /// bounds it by the term.
     async fn due(&self, done: &HashSet<String>) -> anyhow::Result<Vec<Period>> {
-        let keys = self.keys();
+        let keys = &self.keys;
         let schedule = &self.job.spec.schedule;
         let mut due: Vec<Period> = schedule.current(Utc::now()).into_iter().collect();
-        let requested = runs::requests(&mut self.conn.clone(), &keys).await?;
-        for id in requested {
-            match schedule.period_by_id(&id) {
+        let mut conn = self.conn.clone();
+        let (requested, open) = runs::pending(&mut conn, keys).await?;
+        for id in requested.iter().chain(&open) {
+            if done.contains(id) {
+                if requested.contains(id) {
+                    runs::clear_request(&mut conn, keys, id).await?;
+                }
+                continue;
+            }
+            match schedule.period_by_id(id) {
                 Some(p) => due.push(p),
                 None => {
-                    warn!(job = %self.job.spec.name, node = %self.node, period = %id, "requested period is not a period of schedule {:?} ({}); request dropped", schedule.expr(), schedule.tz());
-                    runs::clear_request(&mut self.conn.clone(), &keys, &id).await?;
+                    warn!(job = %self.job.spec.name, node = %self.node, period = %id, "period is not a period of schedule {:?} ({}); dropped", schedule.expr(), schedule.tz());
+                    runs::clear_request(&mut conn, keys, id).await?;
+                    runs::mark_open(&mut conn, keys, id, false).await?;
                 }
             }
         }
@@ -184,14 +220,18 @@ impl Runner {
 
     /// Runs (or resumes) one period until it is done, fails, waits, or the term ends.
     async fn run_period(&self, term: &Term, period: &Period) -> RunEnd {
-        let keys = self.keys();
+        let keys = &self.keys;
         let (job, node, token) = (&self.job.spec.name, &self.node, term.token());
         let mut conn = self.conn.clone();
         let existing = match self
-            .in_term(term, runs::read(&mut conn, &keys, &period.id))
+            .in_term(term, runs::read(&mut conn, keys, &period.id))
             .await
         {
             Ok(r) => r,
+            Err(RunEnd::Interrupted(why)) if why.contains("is not valid") => {
+                error!(job, node, token, period = %period.id, "{why}; the period is skipped until the record is repaired or deleted");
+                return RunEnd::Broken;
+            }
             Err(end) => return end,
         };
         let now = now_rfc3339();
@@ -218,7 +258,7 @@ impl Runner {
             None
         } else {
             match self
-                .in_term(term, runs::read_checkpoint(&mut conn, &keys, &period.id))
+                .in_term(term, runs::read_checkpoint(&mut conn, keys, &period.id))
                 .await
             {
                 Ok(s) => s,
@@ -234,6 +274,9 @@ impl Runner {
         record.error = None;
         if let Err(end) = self.save(term, &mut record, None).await {
             return end;
+        }
+        if let Err(e) = runs::mark_open(&mut conn, keys, &period.id, true).await {
+            return RunEnd::Interrupted(e.to_string());
         }
         let run = RunInfo {
             period: period.id.clone(),
@@ -259,12 +302,24 @@ impl Runner {
                 .await;
             let took = started.elapsed();
             match outcome {
+                Ok(StepOutcome::Continue(next))
+                    if next.len() as u64 > self.job.spec.limits.write_bytes =>
+                {
+                    let why = format!(
+                        "step {} returned a state of {} bytes, more than the job's write limit of {} bytes",
+                        record.step,
+                        next.len(),
+                        self.job.spec.limits.write_bytes
+                    );
+                    return self.fail(term, &mut record, why).await;
+                }
                 Ok(StepOutcome::Continue(next)) => {
-                    info!(job, node, token, period = %period.id, step = record.step, took_ms = format!("{:.1}", took.as_secs_f64() * 1e3), "step done");
                     record.step += 1;
                     if let Err(end) = self.save(term, &mut record, Some(&next)).await {
                         return end;
                     }
+                    // Logged once the checkpoint is saved: a step that is "done" is never redone.
+                    info!(job, node, token, period = %period.id, step = record.step - 1, took_ms = format!("{:.1}", took.as_secs_f64() * 1e3), "step done");
                     state = Some(next);
                 }
                 Ok(StepOutcome::Done) => {
@@ -280,31 +335,41 @@ impl Runner {
                 Err(StepError::NotReady(why)) => {
                     info!(job, node, token, period = %period.id, step = record.step, "inputs not ready, trying again in {}: {why}", show(NOT_READY_RETRY));
                     record.status = RunStatus::Waiting;
-                    record.error = Some(why);
+                    record.error = Some(clip(why));
                     return match self.save(term, &mut record, None).await {
                         Ok(()) => RunEnd::Waiting,
                         Err(end) => end,
                     };
                 }
+                Err(StepError::LostLeadership(None)) if term.still_leader() => {
+                    return RunEnd::Interrupted(
+                        "the job returned lost-leadership while this node still leads".into(),
+                    );
+                }
                 Err(StepError::LostLeadership(why)) => {
                     warn!(job, node, token, period = %period.id, step = record.step, "step abandoned: leadership lost{}", why.map(|w| format!(" ({w})")).unwrap_or_default());
                     return RunEnd::Lost;
                 }
+                Err(StepError::Host(why)) => return RunEnd::Interrupted(why),
                 Err(e) if !term.still_leader() => {
                     warn!(job, node, token, period = %period.id, step = record.step, "step abandoned after the term ended: {e}");
                     return RunEnd::Lost;
                 }
-                Err(e) => {
-                    error!(job, node, token, period = %period.id, step = record.step, "run failed: {e}");
-                    record.status = RunStatus::Failed;
-                    record.error = Some(e.to_string());
-                    record.finished_at = Some(now_rfc3339());
-                    return match self.save(term, &mut record, None).await {
-                        Ok(()) => RunEnd::Failed,
-                        Err(end) => end,
-                    };
-                }
+                Err(e) => return self.fail(term, &mut record, e.to_string()).await,
             }
+        }
+    }
+
+    /// Records the run as failed (final in this version) with `why`.
+    async fn fail(&self, term: &Term, record: &mut RunRecord, why: String) -> RunEnd {
+        let why = clip(why);
+        error!(job = %self.job.spec.name, node = %self.node, token = term.token(), period = %record.period, step = record.step, "run failed: {why}");
+        record.status = RunStatus::Failed;
+        record.error = Some(why);
+        record.finished_at = Some(now_rfc3339());
+        match self.save(term, record, None).await {
+            Ok(()) => RunEnd::Failed,
+            Err(end) => end,
         }
     }
 
@@ -316,7 +381,7 @@ impl Runner {
         record: &mut RunRecord,
         checkpoint: Option<&[u8]>,
     ) -> Result<(), RunEnd> {
-        let keys = self.keys();
+        let keys = &self.keys;
         record.token = term.token();
         record.node = self.node.clone();
         record.component = self.job.hash.clone();
@@ -334,7 +399,7 @@ impl Runner {
         };
         let who = (self.job.spec.name.as_str(), self.node.as_str());
         let mut conn = self.conn.clone();
-        match fence::write_in_term(&mut conn, &keys, term, who, &sets, &deletes).await {
+        match fence::write_in_term(&mut conn, keys, term, who, &sets, &deletes).await {
             Ok(()) => Ok(()),
             Err(TermWriteError::Ended | TermWriteError::Refused(_)) => Err(RunEnd::Lost),
             Err(TermWriteError::Redis(e)) => Err(RunEnd::Interrupted(e.to_string())),

@@ -95,12 +95,34 @@ pub async fn request<C: ConnectionLike + Send + Sync>(
     Ok(added == 1)
 }
 
-/// Periods requested and not yet taken up.
-pub async fn requests<C: ConnectionLike + Send + Sync>(
+/// In one round trip: periods requested and not yet taken up, and periods whose run is open
+/// (`running` or `waiting`).
+pub async fn pending<C: ConnectionLike + Send + Sync>(
     conn: &mut C,
     keys: &JobKeys,
-) -> redis::RedisResult<Vec<String>> {
-    conn.smembers(keys.requests()).await
+) -> redis::RedisResult<(Vec<String>, Vec<String>)> {
+    redis::pipe()
+        .smembers(keys.requests())
+        .smembers(keys.open_runs())
+        .query_async(conn)
+        .await
+}
+
+/// Notes that `period`'s run is open (`open == true`) or finished. The index only tells a
+/// leader which records to look at; the records themselves decide, so a stale entry costs one
+/// read and is then removed.
+pub async fn mark_open<C: ConnectionLike + Send + Sync>(
+    conn: &mut C,
+    keys: &JobKeys,
+    period: &str,
+    open: bool,
+) -> redis::RedisResult<()> {
+    let _: i64 = if open {
+        conn.sadd(keys.open_runs(), period).await?
+    } else {
+        conn.srem(keys.open_runs(), period).await?
+    };
+    Ok(())
 }
 
 /// Marks a request as taken up.

@@ -4,7 +4,7 @@
 //!   10 ms ticker thread. Every [`Store`] gets an epoch deadline, so no guest runs unchecked.
 //! * Components are compiled once and pre-instantiated ([`bindings::JobPre`]): the import and
 //!   export types are checked at load time, and a run pays only for instantiation.
-//! * A **fresh store per step**, with [`StoreLimits`] (memory, instances, tables) and the job's
+//! * A **fresh store per step**, with a [`JobLimiter`] (memory in total, tables, instances) and the job's
 //!   step deadline; a store is dropped after every step, so a trap or an interruption can never
 //!   leave a half-run instance behind.
 //! * WASI p2 with no network (the default `WasiCtx` denies sockets and name lookup), no
@@ -25,12 +25,12 @@ use anyhow::Context as _;
 use sha2::{Digest, Sha256};
 use tracing::{Level, debug, warn};
 use wasmtime::component::{Component, HasSelf, Linker, Resource, ResourceTable};
-use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime::{Config, Engine, Store, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
 
 use crate::fence::{self, Refusal, TermWriteError};
 use crate::keys::JobKeys;
+use crate::sandbox::{GuestOutput, JobLimiter};
 use crate::spec::{HostLimits, JobSpec, Limits};
 use crate::term::Term;
 
@@ -107,6 +107,10 @@ pub enum StepError {
     /// The guest trapped (panic, unreachable, memory limit, stack overflow, ...).
     #[error("guest trapped: {0}")]
     Trap(String),
+    /// The host could not run the step (e.g. the data directory could not be opened). Not the
+    /// job's fault: the run is retried, not failed.
+    #[error("host could not run the step: {0}")]
+    Host(String),
 }
 
 /// Everything a step's host imports need. Absent while `describe()` runs.
@@ -130,7 +134,7 @@ pub struct StepContext {
 pub struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
-    limits: StoreLimits,
+    limits: JobLimiter,
     step: Option<StepContext>,
     max_write: u64,
     deadline: Instant,
@@ -172,8 +176,8 @@ pub fn validate_key(key: &str) -> Result<(), String> {
 }
 
 impl HostState {
-    fn new(limits: &Limits, step: Option<StepContext>) -> anyhow::Result<(Self, MemoryOutputPipe)> {
-        let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
+    fn new(limits: &Limits, step: Option<StepContext>) -> anyhow::Result<(Self, GuestOutput)> {
+        let stderr = GuestOutput::new(STDERR_CAPACITY);
         let mut wasi = WasiCtx::builder();
         wasi.stderr(stderr.clone());
         if let Some(dir) = step.as_ref().and_then(|s| s.data_dir.as_ref()) {
@@ -185,13 +189,7 @@ impl HostState {
         let state = HostState {
             wasi: wasi.build(),
             table: ResourceTable::new(),
-            limits: StoreLimitsBuilder::new()
-                .memory_size(limits.memory as usize)
-                .instances(16)
-                .tables(16)
-                .memories(16)
-                .trap_on_grow_failure(true)
-                .build(),
+            limits: JobLimiter::new(limits.memory),
             step,
             max_write: limits.write_bytes,
             deadline: Instant::now() + limits.step_time,
@@ -398,7 +396,8 @@ impl Runtime {
 
     async fn describe(&self, pre: &bindings::JobPre<HostState>) -> anyhow::Result<types::JobSpec> {
         let limits = Limits {
-            memory: self.host_limits.memory.0,
+            // The most any job may ask for: its own limit is not known before describe().
+            memory: self.host_limits.memory.1,
             step_time: Duration::from_secs(5),
             write_bytes: 0,
         };
@@ -452,7 +451,7 @@ impl Runtime {
         let (job_name, node) = (ctx.job.clone(), ctx.node.clone());
         let limits = job.spec.limits;
         let (host_state, stderr) =
-            HostState::new(&limits, Some(ctx)).map_err(|e| StepError::Trap(e.to_string()))?;
+            HostState::new(&limits, Some(ctx)).map_err(|e| StepError::Host(format!("{e:#}")))?;
         let mut store = self.store(host_state);
         let hard_deadline = Instant::now() + limits.step_time + EPOCH_TICK * 5;
         let result = {
@@ -492,12 +491,15 @@ impl Runtime {
         if data.log_dropped > 0 {
             warn!(job = %job_name, node = %node, token = term.token(), dropped = data.log_dropped, "guest log lines dropped (more than {LOG_LINES_PER_STEP} in one step)");
         }
-        let err_bytes = stderr.contents();
+        let (err_bytes, err_dropped) = stderr.take();
         for line in String::from_utf8_lossy(&err_bytes)
             .lines()
             .filter(|l| !l.trim().is_empty())
         {
             tracing::event!(Level::WARN, job = %job_name, node = %node, token = term.token(), stderr = true, "guest: {line}");
+        }
+        if err_dropped > 0 {
+            warn!(job = %job_name, node = %node, token = term.token(), dropped = err_dropped, "guest stderr cut: more than {STDERR_CAPACITY} bytes in one step");
         }
         debug!(job = %job_name, node = %node, token = term.token(), step, "step finished");
         outcome

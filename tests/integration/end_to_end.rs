@@ -345,3 +345,53 @@ async fn the_demo_tells_the_reference_scenario_and_ends_with_one_report() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_waiting_run_is_found_and_finished_by_the_next_leader() {
+    deadline(Duration::from_secs(240), async {
+        let redis = RedisServer::start().await;
+        let mut c = redis.conn().await;
+        let dir = setup();
+        // The statement has not arrived yet.
+        let day = dir.join(&format!("data/reconciliation/{PERIOD}"));
+        std::fs::rename(day.join("bank.csv"), dir.join("bank.csv.later")).unwrap();
+        let mut host = start_host(&dir, &redis, "n1");
+        host.wait_for_log("became leader", Duration::from_secs(60))
+            .await;
+        trigger(&redis);
+        wait_for(
+            "the run to wait for its inputs",
+            Duration::from_secs(60),
+            || {
+                let mut c = c.clone();
+                async move {
+                    run_record(&mut c)
+                        .await
+                        .filter(|r| r["status"] == "waiting")
+                }
+            },
+        )
+        .await;
+        // The request is gone (say an operator cleared it); only the open run remains.
+        let _: i64 = c.srem(REQUESTS, PERIOD).await.unwrap();
+        std::fs::rename(dir.join("bank.csv.later"), day.join("bank.csv")).unwrap();
+        assert!(host.terminate(Duration::from_secs(20)).await);
+
+        let host2 = start_host(&dir, &redis, "n2");
+        let record = wait_for(
+            "the next leader to finish the waiting run",
+            Duration::from_secs(60),
+            || {
+                let mut c = c.clone();
+                async move { run_record(&mut c).await.filter(|r| r["status"] == "done") }
+            },
+        )
+        .await;
+        assert_eq!(record["node"], "n2");
+        let open: Vec<String> = c.smembers("lh:{reconciliation}:open").await.unwrap();
+        // (Today's scheduled period may be open, waiting for its own statement.)
+        assert!(!open.contains(&PERIOD.to_string()), "{open:?}");
+        drop(host2);
+    })
+    .await;
+}

@@ -165,7 +165,7 @@ async fn lease_cases() {
                         }
                         Acquired::Held { holder, ttl } => {
                             assert!(
-                                ttl > Duration::ZERO && ttl <= TTL,
+                                ttl.is_some_and(|t| t > Duration::ZERO && t <= TTL),
                                 "{}: ttl {ttl:?}",
                                 case.name
                             );
