@@ -13,11 +13,14 @@ use redis::AsyncCommands;
 
 use crate::harness::{RedisServer, TempDir, deadline, guests};
 
-async fn probe_step(
+/// Loads the probe and runs its step 0 in `term`, with `period` as its period (an address to
+/// dial, or a misbehaviour) and `data` as its `/data`.
+async fn run_probe(
     runtime: &Runtime,
     redis: &RedisServer,
     term: Term,
-    data: &TempDir,
+    period: &str,
+    data: Option<&TempDir>,
 ) -> Result<StepOutcome, StepError> {
     let job = runtime
         .load(&guests().wasm("probe"))
@@ -32,15 +35,31 @@ async fn probe_step(
         keys: JobKeys::new("probe"),
         term,
         conn,
-        data_dir: Some(data.0.clone()),
+        data_dir: data.map(|d| d.0.clone()),
     };
-    // The probe dials whatever address it is given as its period: the test's Redis.
     let run = RunInfo {
-        period: format!("127.0.0.1:{}", redis.port),
+        period: period.into(),
         scheduled_at: String::new(),
         attempt: 1,
     };
     runtime.run_step(&job, ctx, &run, 0, None).await
+}
+
+/// The probe's tour of every way to change the world; it dials the test's Redis.
+async fn probe_step(
+    runtime: &Runtime,
+    redis: &RedisServer,
+    term: Term,
+    data: &TempDir,
+) -> Result<StepOutcome, StepError> {
+    run_probe(
+        runtime,
+        redis,
+        term,
+        &format!("127.0.0.1:{}", redis.port),
+        Some(data),
+    )
+    .await
 }
 
 fn lines(outcome: Result<StepOutcome, StepError>) -> Vec<String> {
@@ -178,32 +197,12 @@ async fn a_step_that_ignores_its_term_is_stopped_when_the_term_ends() {
     deadline(Duration::from_secs(20), async {
         let redis = RedisServer::start().await;
         let runtime = Runtime::new(HostLimits::default()).unwrap();
-        let job = runtime
-            .load(&guests().wasm("probe"))
-            .await
-            .expect("probe loads");
-        let conn = redis::aio::ConnectionManager::new(redis.client())
-            .await
-            .unwrap();
         let term = Term::new(
             1,
             "test:1".into(),
             Instant::now() + Duration::from_millis(300),
         );
-        let ctx = StepContext {
-            job: "probe".into(),
-            node: "test".into(),
-            keys: JobKeys::new("probe"),
-            term: term.clone(),
-            conn,
-            data_dir: None,
-        };
-        let run = RunInfo {
-            period: "spin".into(),
-            scheduled_at: String::new(),
-            attempt: 1,
-        };
-        let outcome = runtime.run_step(&job, ctx, &run, 0, None).await;
+        let outcome = run_probe(&runtime, &redis, term.clone(), "spin", None).await;
         assert!(
             matches!(outcome, Err(StepError::LostLeadership(None))),
             "{outcome:?}"
@@ -219,27 +218,8 @@ async fn misbehave(
     redis: &RedisServer,
     mode: &str,
 ) -> Result<StepOutcome, StepError> {
-    let job = runtime
-        .load(&guests().wasm("probe"))
-        .await
-        .expect("probe loads");
-    let conn = redis::aio::ConnectionManager::new(redis.client())
-        .await
-        .unwrap();
-    let ctx = StepContext {
-        job: "probe".into(),
-        node: "test".into(),
-        keys: JobKeys::new("probe"),
-        term: Term::new(1, "test:1".into(), Instant::now() + Duration::from_secs(60)),
-        conn,
-        data_dir: None,
-    };
-    let run = RunInfo {
-        period: mode.into(),
-        scheduled_at: String::new(),
-        attempt: 1,
-    };
-    runtime.run_step(&job, ctx, &run, 0, None).await
+    let term = Term::new(1, "test:1".into(), Instant::now() + Duration::from_secs(60));
+    run_probe(runtime, redis, term, mode, None).await
 }
 
 #[tokio::test]

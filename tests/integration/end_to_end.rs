@@ -2,14 +2,13 @@
 //! writes exactly the hand-checked report (`guest-jobs/reconciliation/sample/2026-11-27/
 //! EXPECTED.md`), and the same period is never run twice.
 
-use std::process::Command;
 use std::time::Duration;
 
 use redis::AsyncCommands;
 use serde_json::Value;
 
 use crate::harness::{
-    HostProcess, RedisServer, TempDir, deadline, guests, leasehold_bin, repo_root, wait_for,
+    self, HostProcess, RedisServer, TempDir, deadline, guests, leasehold_bin, repo_root, wait_for,
 };
 
 const PERIOD: &str = "2026-11-27";
@@ -55,28 +54,17 @@ fn start_host(dir: &TempDir, redis: &RedisServer, node: &str) -> HostProcess {
 }
 
 fn trigger(redis: &RedisServer) -> String {
-    let out = Command::new(leasehold_bin())
-        .args([
-            "trigger",
-            "reconciliation",
-            "--period",
-            PERIOD,
-            "--redis-url",
-            &redis.url(),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "trigger failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    harness::trigger(redis, "reconciliation", PERIOD)
 }
 
-async fn run_record(c: &mut redis::aio::MultiplexedConnection) -> Option<Value> {
-    let raw: Option<String> = c.get(RUN_KEY).await.unwrap();
-    raw.map(|r| serde_json::from_str(&r).unwrap())
+/// Waits (up to `limit`) until the sample period's run record has `status`; returns it.
+async fn wait_status(redis: &RedisServer, status: &str, what: &str, limit: Duration) -> Value {
+    wait_for(what, limit, || async {
+        harness::run_record(redis, "reconciliation", PERIOD)
+            .await
+            .filter(|r| r["status"] == status)
+    })
+    .await
 }
 
 #[tokio::test]
@@ -92,10 +80,12 @@ async fn the_sample_day_is_reconciled_exactly_once() {
         assert!(
             trigger(&redis).contains("requested a run of reconciliation for period 2026-11-27")
         );
-        let record = wait_for("the run to be done", Duration::from_secs(60), || {
-            let mut c = c.clone();
-            async move { run_record(&mut c).await.filter(|r| r["status"] == "done") }
-        })
+        let record = wait_status(
+            &redis,
+            "done",
+            "the run to be done",
+            Duration::from_secs(60),
+        )
         .await;
         assert_eq!(record["period"], PERIOD);
         assert_eq!(record["attempt"], 1);
@@ -199,7 +189,9 @@ async fn the_sample_day_is_reconciled_exactly_once() {
         )
         .await;
         assert_eq!(
-            run_record(&mut c).await.unwrap(),
+            harness::run_record(&redis, "reconciliation", PERIOD)
+                .await
+                .unwrap(),
             record,
             "the done record must not change"
         );
@@ -262,13 +254,11 @@ async fn a_run_left_half_done_resumes_from_its_checkpoint() {
         host.wait_for_log("became leader", Duration::from_secs(60))
             .await;
         assert!(trigger(&redis).contains("requested a run"));
-        let record = wait_for(
+        let record = wait_status(
+            &redis,
+            "done",
             "the resumed run to be done",
             Duration::from_secs(60),
-            || {
-                let mut c = c.clone();
-                async move { run_record(&mut c).await.filter(|r| r["status"] == "done") }
-            },
         )
         .await;
         assert_eq!(record["node"], "n3");
@@ -359,17 +349,11 @@ async fn a_waiting_run_is_found_and_finished_by_the_next_leader() {
         host.wait_for_log("became leader", Duration::from_secs(60))
             .await;
         trigger(&redis);
-        wait_for(
+        wait_status(
+            &redis,
+            "waiting",
             "the run to wait for its inputs",
             Duration::from_secs(60),
-            || {
-                let mut c = c.clone();
-                async move {
-                    run_record(&mut c)
-                        .await
-                        .filter(|r| r["status"] == "waiting")
-                }
-            },
         )
         .await;
         // The request is gone (say an operator cleared it); only the open run remains.
@@ -378,13 +362,11 @@ async fn a_waiting_run_is_found_and_finished_by_the_next_leader() {
         assert!(host.terminate(Duration::from_secs(20)).await);
 
         let host2 = start_host(&dir, &redis, "n2");
-        let record = wait_for(
+        let record = wait_status(
+            &redis,
+            "done",
             "the next leader to finish the waiting run",
             Duration::from_secs(60),
-            || {
-                let mut c = c.clone();
-                async move { run_record(&mut c).await.filter(|r| r["status"] == "done") }
-            },
         )
         .await;
         assert_eq!(record["node"], "n2");

@@ -9,7 +9,7 @@ use redis::AsyncCommands;
 use serde_json::Value;
 
 use crate::harness::{
-    HostProcess, RedisServer, TempDir, deadline, guests, leasehold_bin, wait_for,
+    self, HostProcess, RedisServer, TempDir, deadline, guests, leasehold_bin, wait_for,
 };
 use crate::history::{self, Recorder};
 use crate::proxy::{Fault, FaultProxy};
@@ -116,28 +116,11 @@ impl Cluster {
     }
 
     fn trigger(&self) {
-        let out = std::process::Command::new(leasehold_bin())
-            .args([
-                "trigger",
-                "reconciliation",
-                "--period",
-                PERIOD,
-                "--redis-url",
-                &self.redis.url(),
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        harness::trigger(&self.redis, "reconciliation", PERIOD);
     }
 
     async fn record(&self) -> Option<Value> {
-        let mut c = self.redis.conn().await;
-        let raw: Option<String> = c.get(RUN_KEY).await.unwrap();
-        raw.map(|r| serde_json::from_str(&r).unwrap())
+        harness::run_record(&self.redis, "reconciliation", PERIOD).await
     }
 
     async fn wait_done(&self, limit: Duration) -> Value {

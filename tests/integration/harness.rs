@@ -372,3 +372,36 @@ impl Drop for HostProcess {
         let _ = self.child.wait();
     }
 }
+
+/// Runs `leasehold trigger JOB --period PERIOD` against `redis`; panics unless it succeeds, and
+/// returns what it printed.
+pub fn trigger(redis: &RedisServer, job: &str, period: &str) -> String {
+    let out = Command::new(leasehold_bin())
+        .args([
+            "trigger",
+            job,
+            "--period",
+            period,
+            "--redis-url",
+            &redis.url(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "trigger failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The run record of `job`'s `period`, if there is one.
+pub async fn run_record(redis: &RedisServer, job: &str, period: &str) -> Option<serde_json::Value> {
+    let raw: Option<String> = redis::AsyncCommands::get(
+        &mut redis.conn().await,
+        format!("lh:{{{job}}}:run:{period}"),
+    )
+    .await
+    .unwrap();
+    raw.map(|r| serde_json::from_str(&r).unwrap())
+}
