@@ -246,12 +246,24 @@ async fn a_trap_a_loop_a_memory_bomb_or_a_stack_overflow_fails_only_that_step() 
             Err(StepError::Timeout(limit)) => assert_eq!(limit, "3s"),
             other => panic!("spin: {other:?}"),
         }
-        // The same runtime still runs a well-behaved step afterwards.
-        let addr = format!("127.0.0.1:{}", redis.port);
-        assert!(matches!(
-            misbehave(&runtime, &redis, &addr).await,
-            Ok(StepOutcome::Continue(_))
-        ));
+        // The same runtime still runs a well-behaved step afterwards, in a real term.
+        let mut c = redis.conn().await;
+        let keys = JobKeys::new("probe");
+        let Acquired::Granted { token } =
+            lease::acquire(&mut c, &keys, "test:2", Duration::from_secs(30))
+                .await
+                .unwrap()
+        else {
+            panic!("lease")
+        };
+        let term = Term::new(
+            token,
+            "test:2".into(),
+            Instant::now() + Duration::from_secs(20),
+        );
+        let data = TempDir::new("probe-after");
+        let report = lines(probe_step(&runtime, &redis, term, &data).await);
+        assert_eq!(line(&report, "store"), "store: ok");
     })
     .await;
 }
