@@ -2,14 +2,20 @@
 //! with its values, and the process exits 1 without touching Redis.
 
 use std::process::Command;
+use std::sync::mpsc;
+use std::time::Duration;
 
 use crate::harness::leasehold_bin;
 
+/// Runs `leasehold <args>`; the process must exit within 30 s (the test's deadline).
 fn run(args: &[&str]) -> (i32, String) {
-    let out = Command::new(leasehold_bin())
-        .args(args)
-        .env_remove("LEASEHOLD_REDIS_URL")
-        .output()
+    let mut cmd = Command::new(leasehold_bin());
+    cmd.args(args).env_remove("LEASEHOLD_REDIS_URL");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || tx.send(cmd.output()));
+    let out = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("leasehold did not exit within 30 s")
         .unwrap();
     (
         out.status.code().unwrap_or(-1),
