@@ -231,17 +231,22 @@ pub async fn write_in_term<C: ConnectionLike>(
     let outcome = if !term.still_leader() {
         Err(TermWriteError::Ended)
     } else {
-        tokio::select! {
-            r = write_and_delete(conn, keys, term.owner(), token, writes, deletes) => match r {
-                Ok(()) => Ok(()),
-                Err(FenceError::Refused(refusal)) => {
-                    tracing::warn!(job, node, token, key = first_key, "write refused: {refusal}; stepping down");
-                    term.end();
-                    Err(TermWriteError::Refused(refusal))
-                }
-                Err(FenceError::Redis(e)) => Err(TermWriteError::Redis(e)),
-            },
-            _ = term.ended() => Err(TermWriteError::Ended),
+        let write = write_and_delete(conn, keys, term.owner(), token, writes, deletes);
+        match term.bound(write).await {
+            Some(Ok(())) => Ok(()),
+            Some(Err(FenceError::Refused(refusal))) => {
+                tracing::warn!(
+                    job,
+                    node,
+                    token,
+                    key = first_key,
+                    "write refused: {refusal}; stepping down"
+                );
+                term.end();
+                Err(TermWriteError::Refused(refusal))
+            }
+            Some(Err(FenceError::Redis(e))) => Err(TermWriteError::Redis(e)),
+            None => Err(TermWriteError::Ended),
         }
     };
     let result = match &outcome {

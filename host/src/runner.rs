@@ -126,9 +126,9 @@ impl Runner {
         let poll = self.timing.heartbeat;
         while term.still_leader() {
             let now = Instant::now();
-            let due = tokio::select! {
-                d = self.due(done) => d,
-                _ = term.ended() => return,
+            let due = match term.bound(self.due(done)).await {
+                None => return,
+                Some(due) => due,
             };
             let due = match due {
                 Ok(d) => d,
@@ -415,9 +415,9 @@ impl Runner {
         term: &Term,
         call: impl std::future::Future<Output = Result<T, E>>,
     ) -> Result<T, RunEnd> {
-        tokio::select! {
-            r = call => r.map_err(|e| RunEnd::Interrupted(format!("{:#}", e.into()))),
-            _ = term.ended() => Err(RunEnd::Lost),
+        match term.bound(call).await {
+            Some(r) => r.map_err(|e| RunEnd::Interrupted(format!("{:#}", e.into()))),
+            None => Err(RunEnd::Lost),
         }
     }
 }

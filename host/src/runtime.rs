@@ -264,10 +264,10 @@ impl store::Host for HostState {
             return Ok(Err(store::ReadError::InvalidKey(reason)));
         }
         let cmd = redis::cmd("GET").arg(ctx.keys.data(&key)).clone();
-        let res = tokio::select! {
-            r = cmd.query_async::<Option<Vec<u8>>>(&mut ctx.conn) => Some(r),
-            _ = ctx.term.ended() => None,
-        };
+        let res = ctx
+            .term
+            .bound(cmd.query_async::<Option<Vec<u8>>>(&mut ctx.conn))
+            .await;
         Ok(match res {
             Some(Ok(v)) => Ok(v),
             Some(Err(e)) => Err(store::ReadError::Unavailable(e.to_string())),

@@ -120,6 +120,15 @@ impl Term {
         self.inner.ended.send_replace(true);
     }
 
+    /// Runs `work` for this term: its output, or `None` if the term ended first (the work is
+    /// then dropped, i.e. cancelled).
+    pub async fn bound<F: std::future::Future>(&self, work: F) -> Option<F::Output> {
+        tokio::select! {
+            r = work => Some(r),
+            _ = self.ended() => None,
+        }
+    }
+
     /// Resolves once the term has ended, by [`Term::end`] or by its deadline passing.
     pub async fn ended(&self) {
         let mut rx = self.inner.ended.subscribe();
