@@ -109,6 +109,10 @@ pub struct RunArgs {
     /// Bound on every Redis call [default: heartbeat / 2].
     #[arg(long, env = "LEASEHOLD_REDIS_TIMEOUT", value_parser = duration)]
     pub redis_timeout: Option<Duration>,
+    /// Directory for compiled job code, owned by the host; must not be inside the jobs
+    /// directory [default: $XDG_CACHE_HOME/leasehold or ~/.cache/leasehold].
+    #[arg(long, env = "LEASEHOLD_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
 }
 
 /// Flags of `leasehold trigger`.
@@ -142,14 +146,34 @@ impl RunArgs {
             self.lease_margin,
             self.redis_timeout,
         )?;
+        let cache_dir = self.cache_dir.clone().or_else(default_cache_dir);
+        if let Some(cache) = &cache_dir {
+            let abs =
+                |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+            if abs(cache).starts_with(abs(&self.jobs_dir)) {
+                anyhow::bail!(
+                    "cache-dir {} must not be inside jobs-dir {}: whoever can drop a job there could plant compiled code",
+                    cache.display(),
+                    self.jobs_dir.display()
+                );
+            }
+        }
         Ok(NodeConfig {
             redis_url: self.redis_url.clone(),
             jobs_dir: self.jobs_dir.clone(),
             data_dir: self.data_dir.clone(),
+            cache_dir,
             node_id,
             timing,
         })
     }
+}
+
+fn default_cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("leasehold"))
 }
 
 fn hostname() -> String {

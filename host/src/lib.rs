@@ -11,10 +11,11 @@
 //! * [`lease`] and [`fence`] — the Redis scripts that make election and fencing atomic.
 //! * [`runner`] — drives a job's runs while leading; [`runs`] — run records and checkpoints.
 //! * [`runtime`] — the wasmtime wrapper and the host side of the `job` world (`wit/job.wit`);
-//!   [`sandbox`] — the memory budget and the guest's stderr.
+//!   [`sandbox`] — the memory budget and the guest's stderr; [`cache`] — compiled code kept.
 //! * [`spec`] — job specs, schedules and periods; [`config`] — validated timings (I4).
 //! * [`keys`] — the Redis key layout; [`demo`] — `leasehold demo`, the narrated reference scenario.
 
+pub mod cache;
 pub mod cli;
 pub mod config;
 pub mod demo;

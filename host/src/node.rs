@@ -30,6 +30,8 @@ pub struct NodeConfig {
     pub jobs_dir: PathBuf,
     /// Directory of read-only job inputs, one subfolder per job.
     pub data_dir: Option<PathBuf>,
+    /// Directory for compiled job code (see [`crate::cache`]); none: compile at every start.
+    pub cache_dir: Option<PathBuf>,
     /// This node's id.
     pub node_id: String,
     /// Lease timings.
@@ -58,7 +60,7 @@ pub async fn load_jobs(runtime: &Runtime, dir: &Path) -> anyhow::Result<Vec<Arc<
                     error!(file = %p.display(), job = %job.spec.name, "refused: job name {:?} is already used by {}", job.spec.name, other.path.display());
                     continue;
                 }
-                info!(file = %p.display(), job = %job.spec.name, hash = %job.hash, schedule = %job.spec.schedule.expr(), tz = %job.spec.schedule.tz(), "loaded job");
+                info!(file = %p.display(), job = %job.spec.name, hash = %job.hash, compiled = job.compiled.as_str(), schedule = %job.spec.schedule.expr(), tz = %job.spec.schedule.tz(), "loaded job");
                 jobs.push(Arc::new(job));
             }
             Err(e) => error!(file = %p.display(), "refused: {}", e.reason),
@@ -74,6 +76,10 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let node = cfg.node_id.clone();
     let runtime = Runtime::new(HostLimits::default())?;
+    let runtime = match &cfg.cache_dir {
+        Some(dir) => runtime.with_cache(dir)?,
+        None => runtime,
+    };
     // Run records, checkpoints and guest writes: bounded by the term they belong to (and by one
     // lease TTL per command), not by the Redis timeout: a large write over a slow link may take
     // longer than a renewal may.

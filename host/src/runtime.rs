@@ -28,6 +28,7 @@ use wasmtime::component::{Component, HasSelf, Linker, Resource, ResourceTable};
 use wasmtime::{Config, Engine, Store, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
 
+use crate::cache::{CodeCache, Compiled};
 use crate::fence::{self, Refusal, TermWriteError};
 use crate::keys::JobKeys;
 use crate::sandbox::{GuestOutput, JobLimiter};
@@ -65,6 +66,7 @@ pub struct Runtime {
     engine: Engine,
     linker: Arc<Linker<HostState>>,
     host_limits: HostLimits,
+    cache: Option<Arc<CodeCache>>,
 }
 
 /// A compiled, type-checked, described job component.
@@ -76,6 +78,8 @@ pub struct LoadedJob {
     pub hash: String,
     /// Where it was loaded from.
     pub path: PathBuf,
+    /// Whether its code came from the compiled-code cache.
+    pub compiled: Compiled,
     pre: bindings::JobPre<HostState>,
 }
 
@@ -334,7 +338,16 @@ impl Runtime {
             engine,
             linker: Arc::new(linker),
             host_limits,
+            cache: None,
         })
+    }
+
+    /// Keeps compiled code in `dir` (see [`crate::cache`]).
+    pub fn with_cache(mut self, dir: &Path) -> anyhow::Result<Self> {
+        let cache = CodeCache::open(dir, &self.engine)
+            .map_err(|e| anyhow::anyhow!("cannot use cache-dir {}: {e}", dir.display()))?;
+        self.cache = Some(Arc::new(cache));
+        Ok(self)
     }
 
     /// Reads, compiles, type-checks and describes a component. Compilation runs on a blocking
@@ -355,12 +368,17 @@ impl Runtime {
                 "a core WebAssembly module, not a component: build the job with --target wasm32-wasip2".into(),
             ));
         }
-        let hash = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
+        let content = hex::encode(Sha256::digest(&bytes));
+        let hash = format!("sha256:{content}");
         let engine = self.engine.clone();
-        let component = tokio::task::spawn_blocking(move || Component::new(&engine, &bytes))
-            .await
-            .map_err(|e| fail(format!("compiler task failed: {e}")))?
-            .map_err(|e| fail(format!("not a valid component: {e}")))?;
+        let cache = self.cache.clone();
+        let (component, compiled) = tokio::task::spawn_blocking(move || match cache {
+            Some(cache) => cache.load_or_compile(&engine, &content, &bytes),
+            None => Component::new(&engine, &bytes).map(|c| (c, Compiled::Fresh)),
+        })
+        .await
+        .map_err(|e| fail(format!("compiler task failed: {e}")))?
+        .map_err(|e| fail(format!("not a valid component: {e}")))?;
         let pre = self
             .linker
             .instantiate_pre(&component)
@@ -390,6 +408,7 @@ impl Runtime {
             spec,
             hash,
             path: path.to_path_buf(),
+            compiled,
             pre,
         })
     }

@@ -78,3 +78,21 @@ fn an_unreachable_redis_is_named() {
         "{err}"
     );
 }
+
+#[test]
+fn a_cache_inside_the_jobs_directory_is_refused() {
+    let (code, err) = run(&[
+        "run",
+        "--jobs-dir",
+        "/srv/jobs",
+        "--cache-dir",
+        "/srv/jobs/.cache",
+        "--node-id",
+        "n1",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("cache-dir /srv/jobs/.cache must not be inside jobs-dir /srv/jobs"),
+        "{err}"
+    );
+}

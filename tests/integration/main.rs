@@ -20,6 +20,9 @@ mod fence;
 // Start-up configuration errors, through the real binary.
 mod config;
 
+// The compiled-code cache across restarts.
+mod cache;
+
 // Guest containment: the only way a guest changes anything is the fenced import.
 mod containment;
 

@@ -1,0 +1,98 @@
+//! The compiled-code cache: each component is compiled once and kept, in a directory the host
+//! owns, so a restart loads every job without recompiling.
+//!
+//! An entry is named by the component's content hash *and* a hash of the engine's settings
+//! (`Engine::precompile_compatibility_hash`: wasmtime version, target, features), so code
+//! compiled by another engine configuration is never even looked at. Entries are written to a
+//! temporary file and renamed, so a crash never leaves half an entry under its final name. An
+//! entry that does not load (corrupt, truncated, from another wasmtime) is logged, removed and
+//! rebuilt. Precompiled code is never read from anywhere else (in particular not from the jobs
+//! directory, which untrusted users may write to).
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::{Path, PathBuf};
+
+use tracing::warn;
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+/// Where a loaded component's machine code came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compiled {
+    /// Compiled now (and stored, when there is a cache).
+    Fresh,
+    /// Loaded from the cache.
+    Cached,
+}
+
+impl Compiled {
+    /// `fresh` or `cached`, for logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Compiled::Fresh => "fresh",
+            Compiled::Cached => "cached",
+        }
+    }
+}
+
+/// A cache directory for one engine configuration.
+#[derive(Clone, Debug)]
+pub struct CodeCache {
+    dir: PathBuf,
+    engine_key: String,
+}
+
+impl CodeCache {
+    /// Opens (creating it if needed) the cache in `dir` for `engine`'s configuration.
+    pub fn open(dir: &Path, engine: &Engine) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let mut h = DefaultHasher::new();
+        engine.precompile_compatibility_hash().hash(&mut h);
+        Ok(CodeCache {
+            dir: dir.to_path_buf(),
+            engine_key: format!("{:016x}", h.finish()),
+        })
+    }
+
+    /// The entry for the component whose sha256 is `content` (hex).
+    pub fn entry(&self, content: &str) -> PathBuf {
+        self.dir
+            .join(format!("{content}-{}.cwasm", self.engine_key))
+    }
+
+    /// The compiled component for `bytes` (whose sha256 is `content`): from the cache when a
+    /// usable entry exists, otherwise compiled and stored. Blocking: call it off the runtime.
+    pub fn load_or_compile(
+        &self,
+        engine: &Engine,
+        content: &str,
+        bytes: &[u8],
+    ) -> wasmtime::Result<(Component, Compiled)> {
+        let entry = self.entry(content);
+        if entry.exists() {
+            // SAFETY: the entry was written by `store` below, from a component this engine
+            // configuration compiled, into a directory only the host writes; wasmtime still
+            // checks its header and version.
+            match unsafe { Component::deserialize_file(engine, &entry) } {
+                Ok(c) => return Ok((c, Compiled::Cached)),
+                Err(e) => {
+                    warn!(entry = %entry.display(), "compiled-code cache entry unusable, recompiling: {e}");
+                    let _ = std::fs::remove_file(&entry);
+                }
+            }
+        }
+        let component = Component::new(engine, bytes)?;
+        if let Err(e) = self.store(&entry, &component) {
+            warn!(entry = %entry.display(), "cannot write the compiled-code cache: {e}");
+        }
+        Ok((component, Compiled::Fresh))
+    }
+
+    fn store(&self, entry: &Path, component: &Component) -> anyhow::Result<()> {
+        let code = component.serialize()?;
+        let tmp = entry.with_extension(format!("tmp-{}", std::process::id()));
+        std::fs::write(&tmp, code)?;
+        std::fs::rename(&tmp, entry)?;
+        Ok(())
+    }
+}
