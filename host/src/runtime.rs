@@ -379,6 +379,18 @@ impl Runtime {
         .await
         .map_err(|e| fail(format!("compiler task failed: {e}")))?
         .map_err(|e| fail(format!("not a valid component: {e}")))?;
+        let ty = component.component_type();
+        let network: Vec<&str> = ty
+            .imports(&self.engine)
+            .map(|(name, _)| name)
+            .filter(|name| name.starts_with("wasi:sockets/") || name.starts_with("wasi:http/"))
+            .collect();
+        if !network.is_empty() {
+            return Err(fail(format!(
+                "imports {}, which the host does not offer: jobs have no network; their only way out is the fenced store",
+                network.join(", ")
+            )));
+        }
         let pre = self
             .linker
             .instantiate_pre(&component)

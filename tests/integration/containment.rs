@@ -1,5 +1,5 @@
-//! A guest's only way to change anything is the fenced `store.write` import: no network, no
-//! writable filesystem, no key outside its namespace, and no token to pass or forge. The probe
+//! A guest's only way to change anything is the fenced `store.write` import: no writable
+//! filesystem, no key outside its namespace, and no token to pass or forge. The probe
 //! guest (`guest-jobs/probe`) tries each way and reports what happened.
 
 use std::time::{Duration, Instant};
@@ -45,21 +45,15 @@ async fn run_probe(
     runtime.run_step(&job, ctx, &run, 0, None).await
 }
 
-/// The probe's tour of every way to change the world; it dials the test's Redis.
+/// The probe's tour of every way to change the world. (Reaching the network is not among
+/// them: a component that imports sockets is refused at load, see `check.rs`.)
 async fn probe_step(
     runtime: &Runtime,
     redis: &RedisServer,
     term: Term,
     data: &TempDir,
 ) -> Result<StepOutcome, StepError> {
-    run_probe(
-        runtime,
-        redis,
-        term,
-        &format!("127.0.0.1:{}", redis.port),
-        Some(data),
-    )
-    .await
+    run_probe(runtime, redis, term, "tour", Some(data)).await
 }
 
 fn lines(outcome: Result<StepOutcome, StepError>) -> Vec<String> {
@@ -104,7 +98,6 @@ async fn a_leading_guest_can_only_write_its_own_keys_through_the_fence() {
         let report = lines(probe_step(&runtime, &redis, term, &data).await);
 
         assert_eq!(line(&report, "still-leader"), "still-leader: true");
-        assert!(line(&report, "tcp").starts_with("tcp: error"), "{report:?}");
         assert!(
             line(&report, "fs-write").starts_with("fs-write: error"),
             "{report:?}"

@@ -23,6 +23,9 @@ mod config;
 // The compiled-code cache across restarts.
 mod cache;
 
+// `leasehold check` and refusing bad job files.
+mod check;
+
 // Guest containment: the only way a guest changes anything is the fenced import.
 mod containment;
 

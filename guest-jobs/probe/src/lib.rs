@@ -2,14 +2,12 @@
 //! each attempt as its step state (one `name: result` line each), so a host test can assert
 //! that only the fenced write can succeed.
 //!
-//! `run.period` carries the address of a TCP server (the test's Redis) to try to reach, or
-//! names a misbehaviour instead:
+//! (Network access is not among the attempts: a component that imports `wasi:sockets` is
+//! refused at load, see the `netjob` fixture.) `run.period` may name a misbehaviour instead:
 //! - `spin`: compute forever without ever asking `still-leader`;
 //! - `panic`: panic with a message;
 //! - `oom`: allocate without bound;
 //! - `recurse`: recurse without bound.
-
-use std::io::Write as _;
 
 wit_bindgen::generate!({ world: "job", path: "../../wit" });
 
@@ -64,13 +62,6 @@ impl Guest for Probe {
         }
         let mut out = Vec::new();
         out.push(format!("still-leader: {}", term.still_leader()));
-        out.push(match std::net::TcpStream::connect(run.period.as_str()) {
-            Ok(mut s) => {
-                let _ = s.write_all(b"SET lh:{probe}:data:sneaky 1\r\n");
-                "tcp: connected".to_string()
-            }
-            Err(e) => format!("tcp: error {e}"),
-        });
         out.push(match std::fs::write("/data/written-by-guest", b"x") {
             Ok(()) => "fs-write: ok".to_string(),
             Err(e) => format!("fs-write: error {e}"),

@@ -1,0 +1,37 @@
+//! Test fixture: a job that tries to reach the network itself (so its component imports
+//! `wasi:sockets`). The host must refuse to load it, naming the import.
+
+wit_bindgen::generate!({ world: "job", path: "../../wit" });
+
+use leasehold::job::types::Limits;
+
+struct NetJob;
+
+impl Guest for NetJob {
+    fn describe() -> JobSpec {
+        JobSpec {
+            name: "netjob".into(),
+            schedule: "0 0 0 * * *".into(),
+            time_zone: "UTC".into(),
+            limits: Limits {
+                max_memory_bytes: 0,
+                max_step_millis: 0,
+                max_write_bytes: 0,
+            },
+        }
+    }
+
+    fn run_step(
+        _term: &Term,
+        run: RunInfo,
+        _step: u32,
+        _state: Option<Vec<u8>>,
+    ) -> Result<StepOutcome, JobError> {
+        match std::net::TcpStream::connect(run.period.as_str()) {
+            Ok(_) => Ok(StepOutcome::Done),
+            Err(e) => Err(JobError::Failed(e.to_string())),
+        }
+    }
+}
+
+export!(NetJob);

@@ -1,0 +1,128 @@
+//! `leasehold check` and loading: every kind of bad file is refused with a message naming the
+//! file and the reason, and a host keeps serving its other jobs.
+
+use std::process::Command;
+use std::time::Duration;
+
+use crate::harness::{HostProcess, RedisServer, TempDir, deadline, guests, leasehold_bin};
+
+fn check(file: &std::path::Path) -> (i32, String, String) {
+    let out = Command::new(leasehold_bin())
+        .arg("check")
+        .arg(file)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_valid_job_prints_its_spec() {
+    let (code, out, err) = check(&guests().wasm("reconciliation"));
+    assert_eq!(code, 0, "{err}");
+    for needle in [
+        "is a valid leasehold job",
+        "name:       reconciliation",
+        "schedule:   0 30 2 * * * (Europe/London)",
+        "memory:     512 MiB",
+        "component:  sha256:",
+    ] {
+        assert!(out.contains(needle), "{needle:?} missing:\n{out}");
+    }
+}
+
+#[test]
+fn bad_files_are_refused_with_the_file_and_the_reason() {
+    let dir = TempDir::new("check");
+    let real = std::fs::read(guests().wasm("reconciliation")).unwrap();
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "notes.wasm",
+            b"these are not the bytes you are looking for".to_vec(),
+            "not a WebAssembly file",
+        ),
+        (
+            "core.wasm",
+            b"\0asm\x01\0\0\0".to_vec(),
+            "a core WebAssembly module, not a component",
+        ),
+        (
+            "truncated.wasm",
+            real[..real.len() / 2].to_vec(),
+            "not a valid component",
+        ),
+    ];
+    for (name, bytes, reason) in cases {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let (code, _, err) = check(&path);
+        assert_eq!(code, 1, "{name}: {err}");
+        assert!(
+            err.contains(&format!("{} is refused: {reason}", path.display())),
+            "{name}: {err}"
+        );
+    }
+    let (code, _, err) = check(&dir.join("missing.wasm"));
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("missing.wasm is refused: cannot read"),
+        "{err}"
+    );
+    let (code, _, err) = check(&guests().wasm("netjob"));
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("imports wasi:sockets/") && err.contains("which the host does not offer"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_host_refuses_a_bad_job_and_serves_the_others() {
+    deadline(Duration::from_secs(120), async {
+        let redis = RedisServer::start().await;
+        let dir = TempDir::new("bad-job");
+        let jobs = dir.join("jobs");
+        std::fs::create_dir_all(&jobs).unwrap();
+        std::fs::copy(guests().wasm("netjob"), jobs.join("netjob.wasm")).unwrap();
+        std::fs::write(jobs.join("broken.wasm"), b"not wasm").unwrap();
+        std::fs::copy(
+            guests().wasm("reconciliation"),
+            jobs.join("reconciliation.wasm"),
+        )
+        .unwrap();
+        let host = HostProcess::start(&[
+            "run",
+            "--redis-url",
+            &redis.url(),
+            "--jobs-dir",
+            jobs.to_str().unwrap(),
+            "--node-id",
+            "n1",
+            "--lease-ttl",
+            "1s",
+            "--heartbeat",
+            "200ms",
+        ]);
+        let led = host
+            .wait_for_log("became leader", Duration::from_secs(60))
+            .await;
+        assert!(led.contains("\"job\":\"reconciliation\""), "{led}");
+        let refused = host.log_lines_with("refused");
+        assert!(
+            refused
+                .iter()
+                .any(|l| l.contains("netjob.wasm") && l.contains("wasi:sockets")),
+            "{refused:?}"
+        );
+        assert!(
+            refused
+                .iter()
+                .any(|l| l.contains("broken.wasm") && l.contains("not a WebAssembly file")),
+            "{refused:?}"
+        );
+    })
+    .await;
+}
