@@ -227,18 +227,22 @@ pub async fn main(cli: Cli) -> ExitCode {
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     let cfg = args.config()?;
-    node::run(cfg, shutdown_signal()).await
+    node::run(cfg, shutdown_signal()?).await
 }
 
-/// Resolves on SIGTERM or SIGINT.
-async fn shutdown_signal() {
+/// Resolves on SIGTERM or SIGINT. The handlers are installed at once (not when the future is
+/// first polled), so a signal during start-up still shuts down in order instead of killing the
+/// process.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("installing the SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
 }
 
 async fn check(file: PathBuf) -> anyhow::Result<()> {

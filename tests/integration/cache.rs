@@ -2,25 +2,12 @@
 
 use std::time::Duration;
 
-use crate::harness::{HostProcess, RedisServer, TempDir, deadline, guests};
+use crate::harness::{HostProcess, RedisServer, TempDir, deadline, guests, start_node};
 
 fn start(redis: &RedisServer, dir: &TempDir) -> HostProcess {
     let (jobs, cache) = (dir.join("jobs"), dir.join("cache"));
-    HostProcess::start(&[
-        "run",
-        "--redis-url",
-        &redis.url(),
-        "--jobs-dir",
-        jobs.to_str().unwrap(),
-        "--cache-dir",
-        cache.to_str().unwrap(),
-        "--node-id",
-        "n1",
-        "--lease-ttl",
-        "1s",
-        "--heartbeat",
-        "200ms",
-    ])
+    let cache = ["--cache-dir", cache.to_str().unwrap()];
+    start_node(&redis.url(), &jobs, "n1", ("1s", "200ms"), &cache)
 }
 
 async fn loaded(host: &mut HostProcess) -> String {

@@ -4,7 +4,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::harness::{HostProcess, RedisServer, TempDir, deadline, guests, leasehold_bin};
+use crate::harness::{RedisServer, TempDir, deadline, guests, leasehold_bin, start_node};
 
 fn check(file: &std::path::Path) -> (i32, String, String) {
     let out = Command::new(leasehold_bin())
@@ -93,19 +93,7 @@ async fn a_host_refuses_a_bad_job_and_serves_the_others() {
             jobs.join("reconciliation.wasm"),
         )
         .unwrap();
-        let host = HostProcess::start(&[
-            "run",
-            "--redis-url",
-            &redis.url(),
-            "--jobs-dir",
-            jobs.to_str().unwrap(),
-            "--node-id",
-            "n1",
-            "--lease-ttl",
-            "1s",
-            "--heartbeat",
-            "200ms",
-        ]);
+        let host = start_node(&redis.url(), &jobs, "n1", ("1s", "200ms"), &[]);
         let led = host
             .wait_for_log("became leader", Duration::from_secs(60))
             .await;

@@ -8,7 +8,8 @@ use redis::AsyncCommands;
 use serde_json::Value;
 
 use crate::harness::{
-    self, HostProcess, RedisServer, TempDir, deadline, guests, leasehold_bin, repo_root, wait_for,
+    self, HostProcess, RedisServer, TempDir, deadline, guests, leasehold_bin, repo_root,
+    start_node, wait_for,
 };
 
 const PERIOD: &str = "2026-11-27";
@@ -36,21 +37,8 @@ fn setup() -> TempDir {
 fn start_host(dir: &TempDir, redis: &RedisServer, node: &str) -> HostProcess {
     let jobs = dir.join("jobs");
     let data = dir.join("data");
-    HostProcess::start(&[
-        "run",
-        "--redis-url",
-        &redis.url(),
-        "--jobs-dir",
-        jobs.to_str().unwrap(),
-        "--data-dir",
-        data.to_str().unwrap(),
-        "--node-id",
-        node,
-        "--lease-ttl",
-        "1s",
-        "--heartbeat",
-        "200ms",
-    ])
+    let data = ["--data-dir", data.to_str().unwrap()];
+    start_node(&redis.url(), &jobs, node, ("1s", "200ms"), &data)
 }
 
 fn trigger(redis: &RedisServer) -> String {

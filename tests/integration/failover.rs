@@ -9,7 +9,7 @@ use redis::AsyncCommands;
 use serde_json::Value;
 
 use crate::harness::{
-    self, HostProcess, RedisServer, TempDir, deadline, guests, leasehold_bin, wait_for,
+    self, HostProcess, RedisServer, TempDir, deadline, guests, leasehold_bin, start_node, wait_for,
 };
 use crate::history::{self, Recorder};
 use crate::proxy::{Fault, FaultProxy};
@@ -78,21 +78,14 @@ impl Cluster {
             } else {
                 redis.url()
             };
-            hosts.push(HostProcess::start(&[
-                "run",
-                "--redis-url",
+            let data = ["--data-dir", data.to_str().unwrap()];
+            hosts.push(start_node(
                 &url,
-                "--jobs-dir",
-                jobs.to_str().unwrap(),
-                "--data-dir",
-                data.to_str().unwrap(),
-                "--node-id",
+                &jobs,
                 &format!("n{i}"),
-                "--lease-ttl",
-                ttl,
-                "--heartbeat",
-                heartbeat,
-            ]));
+                (ttl, heartbeat),
+                &data,
+            ));
         }
         Cluster {
             dir,
@@ -102,6 +95,23 @@ impl Cluster {
             window_ms: humantime::parse_duration(ttl).unwrap().as_millis() as u64 * 9 / 10,
             expected: generated.expected,
         }
+    }
+
+    /// The first host to lead, and its token.
+    async fn first_leader(&self) -> (usize, u64) {
+        let i = self
+            .host_logging("became leader", None, Duration::from_secs(60))
+            .await;
+        (
+            i,
+            token_of(&self.hosts[i].log_lines_with("became leader")[0]),
+        )
+    }
+
+    /// Triggers the run and waits until leader `i` has finished `steps` steps.
+    async fn trigger_and_wait(&self, i: usize, steps: usize) {
+        self.trigger();
+        self.wait_steps(i, steps, Duration::from_secs(120)).await;
     }
 
     /// The index of the host that logged `needle` (waits up to `limit`), skipping `except`.
@@ -226,12 +236,8 @@ async fn a_crashed_leader_is_replaced_and_the_run_finishes_from_its_checkpoint()
     deadline(Duration::from_secs(300), async {
         let cluster = Cluster::start("crash", 30_000, "1s", "200ms").await;
         let recorder = Recorder::start(&cluster.redis).await;
-        let first = cluster
-            .host_logging("became leader", None, Duration::from_secs(60))
-            .await;
-        let first_token = token_of(&cluster.hosts[first].log_lines_with("became leader")[0]);
-        cluster.trigger();
-        cluster.wait_steps(first, 3, Duration::from_secs(120)).await;
+        let (first, first_token) = cluster.first_leader().await;
+        cluster.trigger_and_wait(first, 3).await;
         let mut cluster = cluster;
         cluster.hosts[first].kill();
 
@@ -264,12 +270,8 @@ async fn a_frozen_leader_wakes_as_a_zombie_and_changes_nothing() {
     deadline(Duration::from_secs(300), async {
         let cluster = Cluster::start("zombie", 30_000, "1s", "200ms").await;
         let recorder = Recorder::start(&cluster.redis).await;
-        let first = cluster
-            .host_logging("became leader", None, Duration::from_secs(60))
-            .await;
-        let first_token = token_of(&cluster.hosts[first].log_lines_with("became leader")[0]);
-        cluster.trigger();
-        cluster.wait_steps(first, 2, Duration::from_secs(120)).await;
+        let (first, first_token) = cluster.first_leader().await;
+        cluster.trigger_and_wait(first, 2).await;
         cluster.hosts[first].pause();
 
         let second = cluster
@@ -315,11 +317,8 @@ async fn a_leader_stopped_with_sigterm_hands_over_without_waiting_for_its_lease(
     deadline(Duration::from_secs(300), async {
         let cluster = Cluster::start("graceful", 30_000, "60s", "5s").await;
         let recorder = Recorder::start(&cluster.redis).await;
-        let first = cluster
-            .host_logging("became leader", None, Duration::from_secs(60))
-            .await;
-        cluster.trigger();
-        cluster.wait_steps(first, 2, Duration::from_secs(120)).await;
+        let (first, _) = cluster.first_leader().await;
+        cluster.trigger_and_wait(first, 2).await;
         let mut cluster = cluster;
         assert!(
             cluster.hosts[first]
@@ -363,10 +362,7 @@ async fn redis_restart(aof: bool) {
         "200ms",
     )
     .await;
-    let first = cluster
-        .host_logging("became leader", None, Duration::from_secs(60))
-        .await;
-    let before = token_of(&cluster.hosts[first].log_lines_with("became leader")[0]);
+    let (_, before) = cluster.first_leader().await;
 
     cluster.redis.crash_and_restart().await;
     if !aof {
@@ -436,11 +432,8 @@ fn timestamp_of(line: &str) -> String {
 async fn cut_off(name: &str, fault: Fault) {
     let cluster = Cluster::start_proxied(name, 30_000, "1s", "200ms").await;
     let recorder = Recorder::start(&cluster.redis).await;
-    let first = cluster
-        .host_logging("became leader", None, Duration::from_secs(60))
-        .await;
-    cluster.trigger();
-    cluster.wait_steps(first, 2, Duration::from_secs(120)).await;
+    let (first, _) = cluster.first_leader().await;
+    cluster.trigger_and_wait(first, 2).await;
     let followed_before = cluster.hosts[first].log_lines_with("\"following\"").len();
     cluster.proxies[first].set(fault);
 
@@ -494,9 +487,7 @@ async fn slow_redis_moves_leadership_at_most_once() {
         // redis-timeout is heartbeat / 2 = 100 ms.
         let cluster = Cluster::start_proxied("slow", 30_000, "1s", "200ms").await;
         let recorder = Recorder::start(&cluster.redis).await;
-        let first = cluster
-            .host_logging("became leader", None, Duration::from_secs(60))
-            .await;
+        let (first, _) = cluster.first_leader().await;
         // 2 × 30 ms per round trip: slow, but within the timeout. Nothing changes.
         cluster.proxies[first].set(Fault::Latency(Duration::from_millis(30)));
         cluster.trigger();
@@ -555,21 +546,14 @@ async fn cpu_heavy_guests_on_every_host_do_not_starve_lease_renewal() {
             )
             .unwrap();
             let data = dir.join("data");
-            hosts.push(HostProcess::start(&[
-                "run",
-                "--redis-url",
+            let data = ["--data-dir", data.to_str().unwrap()];
+            hosts.push(start_node(
                 &redis.url(),
-                "--jobs-dir",
-                jobs.to_str().unwrap(),
-                "--data-dir",
-                data.to_str().unwrap(),
-                "--node-id",
+                &jobs,
                 &format!("n{i}"),
-                "--lease-ttl",
-                "1s",
-                "--heartbeat",
-                "200ms",
-            ]));
+                ("1s", "200ms"),
+                &data,
+            ));
         }
         let out = std::process::Command::new(leasehold_bin())
             .args([
@@ -629,11 +613,8 @@ async fn connections_reset_mid_run_lose_nothing() {
     deadline(Duration::from_secs(300), async {
         let cluster = Cluster::start_proxied("reset", 30_000, "1s", "200ms").await;
         let recorder = Recorder::start(&cluster.redis).await;
-        let first = cluster
-            .host_logging("became leader", None, Duration::from_secs(60))
-            .await;
-        cluster.trigger();
-        cluster.wait_steps(first, 2, Duration::from_secs(120)).await;
+        let (first, _) = cluster.first_leader().await;
+        cluster.trigger_and_wait(first, 2).await;
         for proxy in &cluster.proxies {
             proxy.reset();
         }

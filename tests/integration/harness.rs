@@ -254,6 +254,30 @@ pub struct HostProcess {
     log: Arc<Mutex<Vec<String>>>,
 }
 
+/// Starts `leasehold run` as node `node` against `redis_url` with the jobs directory `jobs`,
+/// lease TTL and heartbeat `timing`, and any `extra` flags (e.g. `--data-dir`).
+pub fn start_node(
+    redis_url: &str,
+    jobs: &Path,
+    node: &str,
+    (ttl, heartbeat): (&str, &str),
+    extra: &[&str],
+) -> HostProcess {
+    let jobs = jobs.to_str().unwrap();
+    let mut args = vec![
+        "run",
+        "--redis-url",
+        redis_url,
+        "--jobs-dir",
+        jobs,
+        "--node-id",
+        node,
+    ];
+    args.extend(["--lease-ttl", ttl, "--heartbeat", heartbeat]);
+    args.extend(extra);
+    HostProcess::start(&args)
+}
+
 /// The `leasehold` binary under test.
 pub fn leasehold_bin() -> &'static str {
     env!("CARGO_BIN_EXE_leasehold")
