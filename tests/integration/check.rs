@@ -1,17 +1,13 @@
 //! `leasehold check` and loading: every kind of bad file is refused with a message naming the
 //! file and the reason, and a host keeps serving its other jobs.
 
-use std::process::Command;
 use std::time::Duration;
 
-use crate::harness::{RedisServer, TempDir, deadline, guests, leasehold_bin, start_node};
+use crate::harness::{RedisServer, TempDir, deadline, guests, run_leasehold, start_node};
 
+/// Runs `leasehold check FILE` (30 s deadline): exit code, stdout and stderr.
 fn check(file: &std::path::Path) -> (i32, String, String) {
-    let out = Command::new(leasehold_bin())
-        .arg("check")
-        .arg(file)
-        .output()
-        .unwrap();
+    let out = run_leasehold(&[std::ffi::OsStr::new("check"), file.as_os_str()]);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),

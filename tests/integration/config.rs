@@ -1,22 +1,11 @@
 //! Start-up configuration errors (I4), through the real binary: each violated rule is named
 //! with its values, and the process exits 1 without touching Redis.
 
-use std::process::Command;
-use std::sync::mpsc;
-use std::time::Duration;
+use crate::harness::run_leasehold;
 
-use crate::harness::leasehold_bin;
-
-/// Runs `leasehold <args>`; the process must exit within 30 s (the test's deadline).
+/// Runs `leasehold <args>` (30 s deadline): exit code and stderr.
 fn run(args: &[&str]) -> (i32, String) {
-    let mut cmd = Command::new(leasehold_bin());
-    cmd.args(args).env_remove("LEASEHOLD_REDIS_URL");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || tx.send(cmd.output()));
-    let out = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("leasehold did not exit within 30 s")
-        .unwrap();
+    let out = run_leasehold(args);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stderr).into_owned(),

@@ -9,7 +9,7 @@ use redis::AsyncCommands;
 use serde_json::Value;
 
 use crate::harness::{
-    self, HostProcess, RedisServer, TempDir, deadline, guests, leasehold_bin, start_node, wait_for,
+    self, HostProcess, RedisServer, TempDir, deadline, guests, start_node, wait_for,
 };
 use crate::history::{self, Recorder};
 use crate::proxy::{Fault, FaultProxy};
@@ -555,18 +555,7 @@ async fn cpu_heavy_guests_on_every_host_do_not_starve_lease_renewal() {
                 &data,
             ));
         }
-        let out = std::process::Command::new(leasehold_bin())
-            .args([
-                "trigger",
-                "reconciliation",
-                "--period",
-                PERIOD,
-                "--redis-url",
-                &redis.url(),
-            ])
-            .output()
-            .unwrap();
-        assert!(out.status.success());
+        harness::trigger(&redis, "reconciliation", PERIOD);
         // Every spinner completes three runs and the reconciliation completes.
         wait_for(
             "three runs of every spinner and the reconciliation",

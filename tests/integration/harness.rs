@@ -278,6 +278,19 @@ pub fn start_node(
     HostProcess::start(&args)
 }
 
+/// Runs `leasehold <args>` to completion (without `LEASEHOLD_REDIS_URL` from the
+/// environment); the process must exit within 30 s. A blocking wait inside an async test would
+/// stall the test's own deadline, so this one carries its own.
+pub fn run_leasehold<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> std::process::Output {
+    let mut cmd = Command::new(leasehold_bin());
+    cmd.args(args).env_remove("LEASEHOLD_REDIS_URL");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(cmd.output()));
+    rx.recv_timeout(Duration::from_secs(30))
+        .expect("leasehold did not exit within 30 s")
+        .expect("running leasehold")
+}
+
 /// The `leasehold` binary under test.
 pub fn leasehold_bin() -> &'static str {
     env!("CARGO_BIN_EXE_leasehold")
@@ -400,17 +413,14 @@ impl Drop for HostProcess {
 /// Runs `leasehold trigger JOB --period PERIOD` against `redis`; panics unless it succeeds, and
 /// returns what it printed.
 pub fn trigger(redis: &RedisServer, job: &str, period: &str) -> String {
-    let out = Command::new(leasehold_bin())
-        .args([
-            "trigger",
-            job,
-            "--period",
-            period,
-            "--redis-url",
-            &redis.url(),
-        ])
-        .output()
-        .unwrap();
+    let out = run_leasehold(&[
+        "trigger",
+        job,
+        "--period",
+        period,
+        "--redis-url",
+        &redis.url(),
+    ]);
     assert!(
         out.status.success(),
         "trigger failed: {}",
