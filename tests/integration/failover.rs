@@ -21,6 +21,9 @@ struct Cluster {
     dir: TempDir,
     redis: RedisServer,
     hosts: Vec<HostProcess>,
+    /// What Redis applies, recorded from before the first host starts (so every term start is
+    /// in it).
+    recorder: Recorder,
     /// One fault proxy per host, when the cluster was started with them.
     proxies: Vec<FaultProxy>,
     /// How long after sending an acquire or renewal a host may act: ttl − margin (ttl / 10).
@@ -68,6 +71,7 @@ impl Cluster {
         let generated = recon_core::generate_on(rows, 7, recon_core::parse_date(PERIOD).unwrap());
         std::fs::write(day.join("bank.csv"), &generated.bank_csv).unwrap();
         std::fs::write(day.join("ledger.csv"), &generated.ledger_csv).unwrap();
+        let recorder = Recorder::start(&redis).await;
         let mut hosts = Vec::new();
         let mut proxies = Vec::new();
         for i in 0..3 {
@@ -91,6 +95,7 @@ impl Cluster {
             dir,
             redis,
             hosts,
+            recorder,
             proxies,
             window_ms: humantime::parse_duration(ttl).unwrap().as_millis() as u64 * 9 / 10,
             expected: generated.expected,
@@ -189,7 +194,7 @@ impl Cluster {
     }
 
     /// The report's totals equal the generator's, and the history holds exactly one `done`.
-    async fn assert_one_correct_result(&self, recorder: &Recorder) -> history::History {
+    async fn assert_one_correct_result(&self) -> history::History {
         let mut c = self.redis.conn().await;
         let summary: String = c
             .get(format!("lh:{{reconciliation}}:data:report/{PERIOD}"))
@@ -198,7 +203,8 @@ impl Cluster {
         let summary: Value = serde_json::from_str(&summary).unwrap();
         let totals: recon_core::Totals = serde_json::from_value(summary["totals"].clone()).unwrap();
         assert_eq!(totals, self.expected, "report totals");
-        let history = recorder
+        let history = self
+            .recorder
             .check()
             .unwrap_or_else(|v| panic!("fencing violated:\n{v}"));
         assert_eq!(
@@ -235,7 +241,6 @@ fn token_of(line: &str) -> u64 {
 async fn a_crashed_leader_is_replaced_and_the_run_finishes_from_its_checkpoint() {
     deadline(Duration::from_secs(300), async {
         let cluster = Cluster::start("crash", 30_000, "1s", "200ms").await;
-        let recorder = Recorder::start(&cluster.redis).await;
         let (first, first_token) = cluster.first_leader().await;
         cluster.trigger_and_wait(first, 3).await;
         let mut cluster = cluster;
@@ -257,7 +262,7 @@ async fn a_crashed_leader_is_replaced_and_the_run_finishes_from_its_checkpoint()
         let resumed: Value = serde_json::from_str(&resumed).unwrap();
         assert!(resumed["step"].as_u64().unwrap() >= 3, "{resumed}");
         assert_eq!(resumed["previous_node"], format!("n{first}"));
-        let history = cluster.assert_one_correct_result(&recorder).await;
+        let history = cluster.assert_one_correct_result().await;
         // Both terms wrote; the second never overlapped the first.
         assert!(history.applied.iter().any(|a| a.token == first_token));
         assert!(history.applied.iter().any(|a| a.token == second_token));
@@ -269,7 +274,6 @@ async fn a_crashed_leader_is_replaced_and_the_run_finishes_from_its_checkpoint()
 async fn a_frozen_leader_wakes_as_a_zombie_and_changes_nothing() {
     deadline(Duration::from_secs(300), async {
         let cluster = Cluster::start("zombie", 30_000, "1s", "200ms").await;
-        let recorder = Recorder::start(&cluster.redis).await;
         let (first, first_token) = cluster.first_leader().await;
         cluster.trigger_and_wait(first, 2).await;
         cluster.hosts[first].pause();
@@ -290,7 +294,7 @@ async fn a_frozen_leader_wakes_as_a_zombie_and_changes_nothing() {
 
         let record = cluster.wait_done(Duration::from_secs(120)).await;
         assert_eq!(record["node"], format!("n{second}"));
-        let history = cluster.assert_one_correct_result(&recorder).await;
+        let history = cluster.assert_one_correct_result().await;
         // Nothing of the zombie's term was applied after its successor's term began.
         let first_owner = owner_of(&cluster.hosts[first].log_lines_with("became leader")[0]);
         let (takeover, _, _) = history
@@ -316,7 +320,6 @@ async fn a_leader_stopped_with_sigterm_hands_over_without_waiting_for_its_lease(
     // A 60 s lease and a 45 s test budget for the handover: only the release can do it.
     deadline(Duration::from_secs(300), async {
         let cluster = Cluster::start("graceful", 30_000, "60s", "5s").await;
-        let recorder = Recorder::start(&cluster.redis).await;
         let (first, _) = cluster.first_leader().await;
         cluster.trigger_and_wait(first, 2).await;
         let mut cluster = cluster;
@@ -338,7 +341,7 @@ async fn a_leader_stopped_with_sigterm_hands_over_without_waiting_for_its_lease(
         cluster.hosts[second]
             .wait_for_log("resuming run from its checkpoint", Duration::from_secs(5))
             .await;
-        cluster.assert_one_correct_result(&recorder).await;
+        cluster.assert_one_correct_result().await;
         let _ = &cluster.dir;
     })
     .await;
@@ -378,11 +381,23 @@ async fn redis_restart(aof: bool) {
             "token {newer} after losing everything must exceed {before}"
         );
     }
-    let recorder = Recorder::start(&cluster.redis).await;
+    // The old recording ended with the old server; record the new one once a term holds the
+    // lease, so that the term's start is in the recorder's snapshot of the fences.
+    wait_for(
+        "a lease after the restart",
+        Duration::from_secs(30),
+        || async {
+            let mut c = cluster.redis.conn().await;
+            let holder: Option<String> = c.get("lh:{reconciliation}:lease").await.unwrap();
+            holder.map(|_| ())
+        },
+    )
+    .await;
+    cluster.recorder = Recorder::start(&cluster.redis).await;
     cluster.trigger();
     let record = cluster.wait_done(Duration::from_secs(120)).await;
     assert!(record["token"].as_u64().unwrap() >= before);
-    cluster.assert_one_correct_result(&recorder).await;
+    cluster.assert_one_correct_result().await;
 
     // Hand over once more: the next term's token is above every earlier one.
     let leader: usize = record["node"].as_str().unwrap()[1..].parse().unwrap();
@@ -431,7 +446,6 @@ fn timestamp_of(line: &str) -> String {
 /// as a follower.
 async fn cut_off(name: &str, fault: Fault) {
     let cluster = Cluster::start_proxied(name, 30_000, "1s", "200ms").await;
-    let recorder = Recorder::start(&cluster.redis).await;
     let (first, _) = cluster.first_leader().await;
     cluster.trigger_and_wait(first, 2).await;
     let followed_before = cluster.hosts[first].log_lines_with("\"following\"").len();
@@ -464,7 +478,7 @@ async fn cut_off(name: &str, fault: Fault) {
     .await;
     let record = cluster.wait_done(Duration::from_secs(120)).await;
     assert_eq!(record["node"], format!("n{second}"));
-    cluster.assert_one_correct_result(&recorder).await;
+    cluster.assert_one_correct_result().await;
 }
 
 #[tokio::test]
@@ -486,7 +500,6 @@ async fn slow_redis_moves_leadership_at_most_once() {
     deadline(Duration::from_secs(300), async {
         // redis-timeout is heartbeat / 2 = 100 ms.
         let cluster = Cluster::start_proxied("slow", 30_000, "1s", "200ms").await;
-        let recorder = Recorder::start(&cluster.redis).await;
         let (first, _) = cluster.first_leader().await;
         // 2 × 30 ms per round trip: slow, but within the timeout. Nothing changes.
         cluster.proxies[first].set(Fault::Latency(Duration::from_millis(30)));
@@ -498,7 +511,7 @@ async fn slow_redis_moves_leadership_at_most_once() {
             1,
             "leadership moved under latency below the timeout"
         );
-        cluster.assert_one_correct_result(&recorder).await;
+        cluster.assert_one_correct_result().await;
 
         // 2 × 150 ms: every renewal times out. Leadership moves once, and stays moved.
         cluster.proxies[first].set(Fault::Latency(Duration::from_millis(150)));
@@ -516,7 +529,8 @@ async fn slow_redis_moves_leadership_at_most_once() {
             "more than one change of leader for one fault: {:?}",
             all_terms(&cluster)
         );
-        recorder
+        cluster
+            .recorder
             .check()
             .unwrap_or_else(|v| panic!("fencing violated:\n{v}"));
     })
@@ -601,7 +615,6 @@ async fn cpu_heavy_guests_on_every_host_do_not_starve_lease_renewal() {
 async fn connections_reset_mid_run_lose_nothing() {
     deadline(Duration::from_secs(300), async {
         let cluster = Cluster::start_proxied("reset", 30_000, "1s", "200ms").await;
-        let recorder = Recorder::start(&cluster.redis).await;
         let (first, _) = cluster.first_leader().await;
         cluster.trigger_and_wait(first, 2).await;
         for proxy in &cluster.proxies {
@@ -621,7 +634,7 @@ async fn connections_reset_mid_run_lose_nothing() {
             proxy.reset();
         }
         cluster.wait_done(Duration::from_secs(120)).await;
-        cluster.assert_one_correct_result(&recorder).await;
+        cluster.assert_one_correct_result().await;
     })
     .await;
 }

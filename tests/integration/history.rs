@@ -22,8 +22,9 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Notes every fence, then starts `MONITOR` on `redis` (in that order: a fence raised in
-    /// between is only seen as higher tokens, never as a false violation).
+    /// Notes every fence, then starts `MONITOR` on `redis`. A term that starts in between is
+    /// missing from both, and its writes would look unfenced: start recording before any host
+    /// runs, or while a term holds the lease (it raised its fence before the snapshot).
     pub async fn start(redis: &RedisServer) -> Self {
         let mut c = redis.conn().await;
         let fences: Vec<String> = redis::cmd("KEYS")
