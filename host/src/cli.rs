@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::{Timing, validate_node_id};
+use crate::config::{Timing, parse_size, show_size, validate_node_id};
 use crate::keys::JobKeys;
 use crate::node::{self, NodeConfig};
 use crate::runtime::Runtime;
@@ -47,6 +47,9 @@ pub enum Command {
     Check {
         /// The `.wasm` component to check.
         file: PathBuf,
+        /// The host limits to check against (the same flags as `leasehold run`).
+        #[command(flatten)]
+        limits: LimitArgs,
     },
     /// Ask for a run of a period now (a period that is already done is not run again).
     Trigger(TriggerArgs),
@@ -75,6 +78,68 @@ pub struct DemoArgs {
 
 fn duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (use e.g. 500ms, 3s, 1m)"))
+}
+
+/// Host limits (README, "Limits"). A job's `describe()` may ask for less than a maximum, never
+/// more; a job that asks for nothing gets 64 MiB, 30 s and 1 MiB (or the maximum, if lower).
+#[derive(Args, Debug, Clone)]
+pub struct LimitArgs {
+    /// Most linear memory a job may use (all its memories together).
+    #[arg(long, env = "LEASEHOLD_MAX_MEMORY", value_parser = parse_size, default_value = "512MiB")]
+    pub max_memory: u64,
+    /// Longest a job's step may run.
+    #[arg(long, env = "LEASEHOLD_MAX_STEP_TIME", value_parser = duration, default_value = "10m")]
+    pub max_step_time: Duration,
+    /// Largest value a job may write in one store.write, and largest checkpoint a step may return.
+    #[arg(long, env = "LEASEHOLD_MAX_WRITE_SIZE", value_parser = parse_size, default_value = "16MiB")]
+    pub max_write_size: u64,
+    /// Largest component file the host reads; bigger files are refused unread.
+    #[arg(long, env = "LEASEHOLD_MAX_COMPONENT_SIZE", value_parser = parse_size, default_value = "64MiB")]
+    pub max_component_size: u64,
+    /// Guest log lines kept per step; the rest are counted and dropped.
+    #[arg(long, env = "LEASEHOLD_GUEST_LOG_LINES", default_value_t = 200)]
+    pub guest_log_lines: u32,
+}
+
+impl LimitArgs {
+    /// Validates the limits; every violation is reported at once, naming the flag.
+    pub fn host_limits(&self) -> anyhow::Result<HostLimits> {
+        let mut bad = Vec::new();
+        if self.max_memory < 1 << 20 {
+            bad.push(format!(
+                "max-memory ({}) must be at least 1 MiB: no component starts in less",
+                show_size(self.max_memory)
+            ));
+        }
+        if self.max_step_time < Duration::from_millis(100) {
+            bad.push(format!(
+                "max-step-time ({}) must be at least 100ms",
+                crate::config::show(self.max_step_time)
+            ));
+        }
+        if self.max_write_size < 1 << 10 {
+            bad.push(format!(
+                "max-write-size ({}) must be at least 1 KiB",
+                show_size(self.max_write_size)
+            ));
+        }
+        if self.max_component_size < 64 << 10 {
+            bad.push(format!(
+                "max-component-size ({}) must be at least 64 KiB",
+                show_size(self.max_component_size)
+            ));
+        }
+        if !bad.is_empty() {
+            return Err(crate::config::ConfigError { violations: bad }.into());
+        }
+        Ok(HostLimits::with_maxima(
+            self.max_memory,
+            self.max_step_time,
+            self.max_write_size,
+            self.max_component_size,
+            self.guest_log_lines,
+        ))
+    }
 }
 
 /// Flags of `leasehold run`.
@@ -113,6 +178,9 @@ pub struct RunArgs {
     /// directory [default: $XDG_CACHE_HOME/leasehold or ~/.cache/leasehold].
     #[arg(long, env = "LEASEHOLD_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
+    /// Host limits.
+    #[command(flatten)]
+    pub limits: LimitArgs,
 }
 
 /// Flags of `leasehold trigger`.
@@ -146,6 +214,7 @@ impl RunArgs {
             self.lease_margin,
             self.redis_timeout,
         )?;
+        let limits = self.limits.host_limits()?;
         let cache_dir = self.cache_dir.clone().or_else(default_cache_dir);
         if let Some(cache) = &cache_dir {
             let abs =
@@ -165,6 +234,7 @@ impl RunArgs {
             cache_dir,
             node_id,
             timing,
+            limits,
         })
     }
 }
@@ -205,7 +275,7 @@ pub fn init_logging(format: LogFormat) {
 pub async fn main(cli: Cli) -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run(args).await,
-        Command::Check { file } => check(file).await,
+        Command::Check { file, limits } => check(file, limits).await,
         Command::Trigger(args) => trigger(args).await,
         Command::Demo(args) => {
             crate::demo::run(crate::demo::DemoOptions {
@@ -245,8 +315,8 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     })
 }
 
-async fn check(file: PathBuf) -> anyhow::Result<()> {
-    let runtime = Runtime::new(HostLimits::default())?;
+async fn check(file: PathBuf, limits: LimitArgs) -> anyhow::Result<()> {
+    let runtime = Runtime::new(limits.host_limits()?)?;
     let job = runtime
         .load(&file)
         .await

@@ -130,6 +130,9 @@ impl Drop for LeaseRuntime {
     }
 }
 
+/// Release notices by channel (`lh:{job}:released`): jobs come and go while the listener runs.
+pub type ReleaseNotices = Arc<std::sync::Mutex<HashMap<String, Arc<Notify>>>>;
+
 /// What one job's elector needs.
 #[derive(Clone)]
 pub struct Elector {
@@ -145,24 +148,28 @@ pub struct Elector {
     pub released: Arc<Notify>,
 }
 
-/// Subscribes to the release channel of every job in `jobs` (channel → notify) and wakes the
-/// job's elector on each notice, until `stop` turns true. Reconnects after a lost connection.
+/// Subscribes to every job's release channel and wakes the elector registered for the channel
+/// in `jobs` on each notice, until `stop` turns true. Reconnects after a lost connection.
 pub async fn listen_for_releases(
     client: redis::Client,
-    jobs: HashMap<String, Arc<Notify>>,
+    jobs: ReleaseNotices,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut warned = false;
     while !*stop.borrow() {
         let listen = async {
             let mut pubsub = client.get_async_pubsub().await?;
-            for channel in jobs.keys() {
-                pubsub.subscribe(channel).await?;
-            }
+            // One pattern for every job, so jobs added later need no new subscription.
+            pubsub.psubscribe(crate::keys::RELEASED_PATTERN).await?;
             warned = false;
             let mut messages = pubsub.on_message();
             while let Some(msg) = messages.next().await {
-                if let Some(n) = jobs.get(msg.get_channel_name()) {
+                let notice = jobs
+                    .lock()
+                    .expect("release notices")
+                    .get(msg.get_channel_name())
+                    .cloned();
+                if let Some(n) = notice {
                     n.notify_one();
                 }
             }

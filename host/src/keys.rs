@@ -15,6 +15,10 @@
 //! Channel `lh:{job}:released` (pub/sub, not a key): the release script publishes the old
 //! owner there, so followers campaign at once instead of waiting for the TTL.
 
+/// Pattern matching every job's release channel (`PSUBSCRIBE`; `{` and `}` are literal in
+/// Redis patterns).
+pub const RELEASED_PATTERN: &str = "lh:{*}:released";
+
 /// The keys of one job. Cheap to clone; built once per job.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobKeys {

@@ -6,7 +6,8 @@
 //!
 //! Where to start reading (see also `ARCHITECTURE.md`):
 //!
-//! * [`node`] — one replica: load jobs, start electors and runners, shut down in order.
+//! * [`node`] — one replica: start and stop electors and runners, shut down in order;
+//!   [`jobs_dir`] — the watched jobs directory (add, replace, remove, partial writes).
 //! * [`elector`] — the per-job election state machine; [`term`] — a term and its local deadline.
 //! * [`lease`] and [`fence`] — the Redis scripts that make election and fencing atomic.
 //! * [`runner`] — drives a job's runs while leading; [`runs`] — run records and checkpoints.
@@ -21,6 +22,7 @@ pub mod config;
 pub mod demo;
 pub mod elector;
 pub mod fence;
+pub mod jobs_dir;
 pub mod keys;
 pub mod lease;
 pub mod node;

@@ -1,20 +1,24 @@
-//! One replica: loads the jobs directory, and for every job runs an elector (on the lease
-//! runtime) and a runner (on the main runtime), until shutdown.
+//! One replica: follows the jobs directory ([`crate::jobs_dir`]), and for every job it serves
+//! runs an elector (on the lease runtime) and a runner (on the main runtime), until shutdown.
 //!
-//! Shutdown order (I7): stop every runner (which drops the running step and so stops the
-//! guest), *then* resign every elector (which releases the lease), then return.
+//! Stop order (I7), for a removed job and for all jobs at shutdown: stop the runners (which
+//! drops the running step and so stops the guest), *then* resign the electors (which releases
+//! the leases and tells followers at once).
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use redis::aio::ConnectionManager;
 use tokio::sync::watch;
-use tracing::{error, info, warn};
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
 
 use crate::config::Timing;
-use crate::elector::{Elector, LeaseRuntime, Role};
+use crate::elector::{Elector, LeaseRuntime, ReleaseNotices, Role};
+use crate::jobs_dir::{self, JobsDir, RESCAN, SETTLE, Scan};
 use crate::keys::JobKeys;
 use crate::redis_conn;
 use crate::runner::Runner;
@@ -36,37 +40,150 @@ pub struct NodeConfig {
     pub node_id: String,
     /// Lease timings.
     pub timing: Timing,
+    /// Host limits for jobs.
+    pub limits: HostLimits,
 }
 
-/// Loads every `*.wasm` in `dir`, in name order. Files that fail are logged with the file and
-/// the reason and skipped; a second file describing an already loaded job name is refused.
-pub async fn load_jobs(runtime: &Runtime, dir: &Path) -> anyhow::Result<Vec<Arc<LoadedJob>>> {
-    let mut paths = Vec::new();
-    let mut entries = tokio::fs::read_dir(dir)
-        .await
-        .with_context(|| format!("cannot read jobs directory {}", dir.display()))?;
-    while let Some(e) = entries.next_entry().await? {
-        let p = e.path();
-        if p.extension().is_some_and(|x| x == "wasm") {
-            paths.push(p);
-        }
+/// What a replica shares between its jobs.
+struct Host {
+    cfg: NodeConfig,
+    runtime: Runtime,
+    conn: ConnectionManager,
+    leases: LeaseRuntime,
+    lease_conn: ConnectionManager,
+    notices: ReleaseNotices,
+    jobs: BTreeMap<String, JobHandle>,
+}
+
+/// One served job: its elector (lease runtime) and its runner (main runtime).
+struct JobHandle {
+    job: Arc<LoadedJob>,
+    version: watch::Sender<Arc<LoadedJob>>,
+    stop_runner: watch::Sender<bool>,
+    runner: JoinHandle<()>,
+    resign: watch::Sender<bool>,
+    elector: JoinHandle<()>,
+    channel: String,
+}
+
+impl Host {
+    /// What is served now: job name → version.
+    fn serving(&self) -> BTreeMap<String, Arc<LoadedJob>> {
+        self.jobs
+            .iter()
+            .map(|(n, h)| (n.clone(), h.job.clone()))
+            .collect()
     }
-    paths.sort();
-    let mut jobs: Vec<Arc<LoadedJob>> = Vec::new();
-    for p in paths {
-        match runtime.load(&p).await {
-            Ok(job) => {
-                if let Some(other) = jobs.iter().find(|j| j.spec.name == job.spec.name) {
-                    error!(file = %p.display(), job = %job.spec.name, "refused: job name {:?} is already used by {}", job.spec.name, other.path.display());
-                    continue;
+
+    /// Makes the served jobs match a scan of the jobs directory.
+    async fn apply(&mut self, scan: Scan) {
+        let node = self.cfg.node_id.clone();
+        let removed: Vec<String> = self
+            .jobs
+            .keys()
+            .filter(|n| !scan.jobs.contains_key(*n))
+            .cloned()
+            .collect();
+        for name in removed {
+            let handle = self.jobs.remove(&name).expect("listed");
+            info!(job = %name, node = %node, file = %handle.job.path.display(), "job removed from the jobs directory: stopping it and releasing its lease");
+            self.stop(vec![handle]).await;
+            info!(job = %name, node = %node, "job stopped");
+        }
+        for (name, job) in scan.jobs {
+            match self.jobs.get_mut(&name) {
+                Some(h) if h.job.hash == job.hash => {}
+                Some(h) => {
+                    info!(job = %name, node = %node, file = %job.path.display(), from = %h.job.hash, to = %job.hash, "job replaced: new runs use the new version; a run in progress finishes with the version it started with");
+                    h.job = job.clone();
+                    h.version.send_replace(job);
                 }
-                info!(file = %p.display(), job = %job.spec.name, hash = %job.hash, compiled = job.compiled.as_str(), schedule = %job.spec.schedule.expr(), tz = %job.spec.schedule.tz(), "loaded job");
-                jobs.push(Arc::new(job));
+                None => self.start(job),
             }
-            Err(e) => error!(file = %p.display(), "refused: {}", e.reason),
         }
     }
-    Ok(jobs)
+
+    /// Starts campaigning for `job` and running it when leading.
+    fn start(&mut self, job: Arc<LoadedJob>) {
+        let (cfg, node) = (&self.cfg, &self.cfg.node_id);
+        let name = job.spec.name.clone();
+        let data_dir = match cfg.data_dir.as_ref().map(|d| d.join(&name)) {
+            Some(d) if d.is_dir() => Some(d),
+            Some(d) => {
+                warn!(job = %name, node = %node, "data directory {} does not exist; the job runs without /data", d.display());
+                None
+            }
+            None => None,
+        };
+        let (role_tx, role_rx) = watch::channel(Role::Candidate);
+        let keys = JobKeys::new(&name);
+        let released = Arc::new(tokio::sync::Notify::new());
+        let channel = keys.released_channel();
+        self.notices
+            .lock()
+            .expect("release notices")
+            .insert(channel.clone(), released.clone());
+        let elector = Elector {
+            job: name.clone(),
+            node: node.clone(),
+            timing: cfg.timing,
+            keys: keys.clone(),
+            released,
+        };
+        let (resign, resigned) = watch::channel(false);
+        let elector =
+            self.leases
+                .handle()
+                .spawn(elector.run(self.lease_conn.clone(), role_tx, resigned));
+        let (version, versions) = watch::channel(job.clone());
+        let runner = Runner::new(
+            versions,
+            self.runtime.clone(),
+            self.conn.clone(),
+            node.clone(),
+            cfg.timing,
+            data_dir,
+        );
+        let (stop_runner, runner_stop) = watch::channel(false);
+        let runner = tokio::spawn(runner.run(role_rx, runner_stop));
+        self.jobs.insert(
+            name,
+            JobHandle {
+                job,
+                version,
+                stop_runner,
+                runner,
+                resign,
+                elector,
+                channel,
+            },
+        );
+    }
+
+    /// Stops jobs in the order of I7: every running step first, then every lease.
+    async fn stop(&mut self, handles: Vec<JobHandle>) {
+        for h in &handles {
+            h.stop_runner.send_replace(true);
+        }
+        let mut electors = Vec::new();
+        for h in handles {
+            let _ = h.runner.await;
+            electors.push((h.resign, h.elector, h.job.spec.name.clone(), h.channel));
+        }
+        for (resign, _, _, _) in &electors {
+            resign.send_replace(true);
+        }
+        let limit = self.cfg.timing.redis_timeout * 2 + Duration::from_millis(100);
+        for (_, elector, name, channel) in electors {
+            if tokio::time::timeout(limit, elector).await.is_err() {
+                warn!(job = %name, node = %self.cfg.node_id, "the elector did not stop in time");
+            }
+            self.notices
+                .lock()
+                .expect("release notices")
+                .remove(&channel);
+        }
+    }
 }
 
 /// Runs the replica until `shutdown` resolves.
@@ -75,7 +192,7 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let node = cfg.node_id.clone();
-    let runtime = Runtime::new(HostLimits::default())?;
+    let runtime = Runtime::new(cfg.limits)?;
     let runtime = match &cfg.cache_dir {
         Some(dir) => runtime.with_cache(dir)?,
         None => runtime,
@@ -89,10 +206,10 @@ pub async fn run(
         Some(cfg.timing.lease_ttl),
     )
     .await?;
-    let jobs = load_jobs(&runtime, &cfg.jobs_dir).await?;
-    if jobs.is_empty() {
-        warn!(node = %node, dir = %cfg.jobs_dir.display(), "no job loaded; add .wasm components to the jobs directory and restart");
-    }
+    let mut dir = JobsDir::new(&cfg.jobs_dir);
+    // An unreadable jobs directory at start-up is a configuration error; later, the host keeps
+    // serving what it has.
+    let first = dir.scan(&runtime, &BTreeMap::new()).await?;
 
     let leases = LeaseRuntime::start().context("starting the lease runtime")?;
     let lease_conn = {
@@ -103,76 +220,70 @@ pub async fn run(
             .spawn(async move { redis_conn::connect(&url, timeout, Some(timeout)).await })
             .await??
     };
-
-    let (stop_runners, runners_stop) = watch::channel(false);
-    let mut release_notices = HashMap::new();
-    let (resign, resigned) = watch::channel(false);
-    let mut electors = Vec::new();
-    let mut runners = Vec::new();
-    for job in jobs {
-        let name = job.spec.name.clone();
-        let data_dir = cfg.data_dir.as_ref().map(|d| d.join(&name));
-        let data_dir = match data_dir {
-            Some(d) if d.is_dir() => Some(d),
-            Some(d) => {
-                warn!(job = %name, node = %node, "data directory {} does not exist; the job runs without /data", d.display());
-                None
-            }
-            None => None,
-        };
-        let (role_tx, role_rx) = watch::channel(Role::Candidate);
-        let keys = JobKeys::new(&name);
-        let released = Arc::new(tokio::sync::Notify::new());
-        release_notices.insert(keys.released_channel(), released.clone());
-        let elector = Elector {
-            job: name.clone(),
-            node: node.clone(),
-            timing: cfg.timing,
-            keys: keys.clone(),
-            released,
-        };
-        electors.push(leases.handle().spawn(elector.run(
-            lease_conn.clone(),
-            role_tx,
-            resigned.clone(),
-        )));
-        let runner = Runner {
-            job,
-            runtime: runtime.clone(),
-            conn: conn.clone(),
-            node: node.clone(),
-            timing: cfg.timing,
-            data_dir,
-            keys,
-        };
-        runners.push(tokio::spawn(runner.run(role_rx, runners_stop.clone())));
-    }
+    let notices = ReleaseNotices::default();
+    let (stop_listener, listener_stop) = watch::channel(false);
     let client = redis::Client::open(cfg.redis_url.as_str())?;
     let listener = leases.handle().spawn(crate::elector::listen_for_releases(
         client,
-        release_notices,
-        resigned.clone(),
+        notices.clone(),
+        listener_stop,
     ));
-    info!(node = %node, jobs = runners.len(), ttl = %crate::config::show(cfg.timing.lease_ttl), heartbeat = %crate::config::show(cfg.timing.heartbeat), "node started");
-
-    shutdown.await;
-    info!(node = %node, "shutting down: stopping running steps");
-    stop_runners.send_replace(true);
-    for r in runners {
-        let _ = r.await;
+    let (_watcher, mut changes) = jobs_dir::watch(&cfg.jobs_dir);
+    let watching = _watcher.is_some();
+    let mut host = Host {
+        cfg,
+        runtime,
+        conn,
+        leases,
+        lease_conn,
+        notices,
+        jobs: BTreeMap::new(),
+    };
+    let mut settling = first.settling;
+    host.apply(first).await;
+    if host.jobs.is_empty() {
+        warn!(node = %node, dir = %host.cfg.jobs_dir.display(), "no job loaded yet; drop .wasm components into the jobs directory");
     }
-    info!(node = %node, "steps stopped; releasing leases");
-    resign.send_replace(true);
-    for e in electors {
-        if tokio::time::timeout(cfg.timing.redis_timeout * 2 + Duration::from_millis(100), e)
-            .await
-            .is_err()
-        {
-            warn!(node = %node, "an elector did not stop in time");
+    info!(node = %node, jobs = host.jobs.len(), ttl = %crate::config::show(host.cfg.timing.lease_ttl), heartbeat = %crate::config::show(host.cfg.timing.heartbeat), "node started");
+
+    tokio::pin!(shutdown);
+    let mut dir_error = false;
+    loop {
+        let wait = if settling { SETTLE / 2 } else { RESCAN };
+        tokio::select! {
+            _ = &mut shutdown => break,
+            Some(()) = changes.recv(), if watching => {}
+            _ = tokio::time::sleep(wait) => {}
+        }
+        let serving = host.serving();
+        let scan = tokio::select! {
+            _ = &mut shutdown => break,
+            scan = dir.scan(&host.runtime, &serving) => scan,
+        };
+        match scan {
+            Ok(scan) => {
+                if dir_error {
+                    info!(node = %node, "jobs directory readable again");
+                    dir_error = false;
+                }
+                settling = scan.settling;
+                host.apply(scan).await;
+            }
+            Err(e) if !dir_error => {
+                warn!(node = %node, "{e:#}; serving the jobs already loaded");
+                dir_error = true;
+            }
+            Err(_) => {}
         }
     }
+
+    info!(node = %node, "shutting down: stopping running steps");
+    let handles: Vec<JobHandle> = std::mem::take(&mut host.jobs).into_values().collect();
+    host.stop(handles).await;
+    info!(node = %node, "steps stopped and leases released");
+    stop_listener.send_replace(true);
     let _ = listener.await;
-    drop(leases);
+    drop(host);
     info!(node = %node, "stopped");
     Ok(())
 }

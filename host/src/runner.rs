@@ -25,7 +25,7 @@ use crate::config::{Timing, show};
 use crate::elector::Role;
 use crate::fence::{self, TermWriteError};
 use crate::keys::JobKeys;
-use crate::runs::{self, RunRecord, RunStatus};
+use crate::runs::{self, FailureKind, RunRecord, RunStatus};
 use crate::runtime::{LoadedJob, RunInfo, Runtime, StepContext, StepError, StepOutcome};
 use crate::spec::Period;
 use crate::term::Term;
@@ -53,22 +53,24 @@ fn clip(mut why: String) -> String {
     why
 }
 
+/// Component versions of one job a runner keeps, newest last, so that a run started before a
+/// replacement finishes with the version it started with.
+const VERSIONS_KEPT: usize = 8;
+
 /// Everything one job's runner needs.
 pub struct Runner {
-    /// The component and its spec.
-    pub job: Arc<LoadedJob>,
-    /// The engine.
-    pub runtime: Runtime,
-    /// Connection for run records, guest reads and fenced writes.
-    pub conn: ConnectionManager,
-    /// This node's id.
-    pub node: String,
-    /// Lease timings (for the Redis timeout and the poll interval).
-    pub timing: Timing,
-    /// `<data-dir>/<job>/` when it exists.
-    pub data_dir: Option<PathBuf>,
-    /// The job's keys.
-    pub keys: JobKeys,
+    /// The version new runs use (the latest loaded).
+    job: Arc<LoadedJob>,
+    /// Where newer versions arrive (from the jobs directory).
+    versions: watch::Receiver<Arc<LoadedJob>>,
+    /// Versions seen since start, oldest first (at most [`VERSIONS_KEPT`]).
+    known: Vec<Arc<LoadedJob>>,
+    runtime: Runtime,
+    conn: ConnectionManager,
+    node: String,
+    timing: Timing,
+    data_dir: Option<PathBuf>,
+    keys: JobKeys,
 }
 
 /// How a period's run ended on this node.
@@ -88,8 +90,49 @@ enum RunEnd {
 }
 
 impl Runner {
+    /// A runner for the job whose versions arrive on `versions` (the current one first), with
+    /// inputs from `data_dir` (`<data-dir>/<job>/`, when it exists).
+    pub fn new(
+        mut versions: watch::Receiver<Arc<LoadedJob>>,
+        runtime: Runtime,
+        conn: ConnectionManager,
+        node: String,
+        timing: Timing,
+        data_dir: Option<PathBuf>,
+    ) -> Self {
+        let job = versions.borrow_and_update().clone();
+        Runner {
+            keys: JobKeys::new(&job.spec.name),
+            known: vec![job.clone()],
+            job,
+            versions,
+            runtime,
+            conn,
+            node,
+            timing,
+            data_dir,
+        }
+    }
+
+    /// Takes up a newer version, if one arrived.
+    fn refresh(&mut self) {
+        if self.versions.has_changed().unwrap_or(false) {
+            let job = self.versions.borrow_and_update().clone();
+            self.known.retain(|k| k.hash != job.hash);
+            self.known.push(job.clone());
+            if self.known.len() > VERSIONS_KEPT {
+                self.known.remove(0);
+            }
+            self.job = job;
+        }
+    }
+
     /// Runs the job whenever `role` says this node leads, until `shutdown` turns true.
-    pub async fn run(self, mut role: watch::Receiver<Role>, mut shutdown: watch::Receiver<bool>) {
+    pub async fn run(
+        mut self,
+        mut role: watch::Receiver<Role>,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
         let mut done = HashSet::new();
         let mut not_before = HashMap::new();
         loop {
@@ -117,14 +160,16 @@ impl Runner {
 
     /// Completes due periods while `term` lasts.
     async fn lead(
-        &self,
+        &mut self,
         term: &Term,
         done: &mut HashSet<String>,
         not_before: &mut HashMap<String, Instant>,
     ) {
-        let (job, node, token) = (&self.job.spec.name, &self.node, term.token());
+        let token = term.token();
         let poll = self.timing.heartbeat;
         while term.still_leader() {
+            self.refresh();
+            let (job, node) = (&self.job.spec.name, &self.node);
             let now = Instant::now();
             let due = match term.bound(self.due(done)).await {
                 None => return,
@@ -218,10 +263,13 @@ impl Runner {
         Ok(due)
     }
 
-    /// Runs (or resumes) one period until it is done, fails, waits, or the term ends.
+    /// Runs (or resumes) one period until it is done, fails, waits, or the term ends. A run
+    /// that has completed steps continues with the component version it started with; when
+    /// this host no longer has that version, the run fails (versions are never mixed).
     async fn run_period(&self, term: &Term, period: &Period) -> RunEnd {
         let keys = &self.keys;
         let (job, node, token) = (&self.job.spec.name, &self.node, term.token());
+        let mut version = &self.job;
         let mut conn = self.conn.clone();
         let existing = match self
             .in_term(term, runs::read(&mut conn, keys, &period.id))
@@ -252,8 +300,26 @@ impl Runner {
                 updated_at: now,
                 finished_at: None,
                 error: None,
+                failure: None,
             },
         };
+        if record.step > 0 && record.component != version.hash {
+            match self.known.iter().find(|k| k.hash == record.component) {
+                Some(old) => {
+                    info!(job, node, token, period = %period.id, step = record.step, component = %old.hash, latest = %version.hash, "run continues with the component version it started with");
+                    version = old;
+                }
+                None => {
+                    let why = format!(
+                        "the run started with component {} and completed {} steps; this host has only {}, and a run never mixes versions",
+                        record.component, record.step, version.hash
+                    );
+                    return self
+                        .fail(term, version, &mut record, FailureKind::VersionChanged, why)
+                        .await;
+                }
+            }
+        }
         let mut state = if record.step == 0 {
             None
         } else {
@@ -272,7 +338,7 @@ impl Runner {
         }
         record.status = RunStatus::Running;
         record.error = None;
-        if let Err(end) = self.save(term, &mut record, None).await {
+        if let Err(end) = self.save(term, version, &mut record, None).await {
             return end;
         }
         if let Err(e) = runs::mark_open(&mut conn, keys, &period.id, true).await {
@@ -298,24 +364,26 @@ impl Runner {
             let started = Instant::now();
             let outcome = self
                 .runtime
-                .run_step(&self.job, ctx, &run, record.step, state.as_deref())
+                .run_step(version, ctx, &run, record.step, state.as_deref())
                 .await;
             let took = started.elapsed();
             match outcome {
                 Ok(StepOutcome::Continue(next))
-                    if next.len() as u64 > self.job.spec.limits.write_bytes =>
+                    if next.len() as u64 > version.spec.limits.write_bytes =>
                 {
                     let why = format!(
                         "step {} returned a state of {} bytes, more than the job's write limit of {} bytes",
                         record.step,
                         next.len(),
-                        self.job.spec.limits.write_bytes
+                        version.spec.limits.write_bytes
                     );
-                    return self.fail(term, &mut record, why).await;
+                    return self
+                        .fail(term, version, &mut record, FailureKind::StateTooLarge, why)
+                        .await;
                 }
                 Ok(StepOutcome::Continue(next)) => {
                     record.step += 1;
-                    if let Err(end) = self.save(term, &mut record, Some(&next)).await {
+                    if let Err(end) = self.save(term, version, &mut record, Some(&next)).await {
                         return end;
                     }
                     // Logged once the checkpoint is saved: a step that is "done" is never redone.
@@ -326,17 +394,17 @@ impl Runner {
                     record.step += 1;
                     record.status = RunStatus::Done;
                     record.finished_at = Some(now_rfc3339());
-                    if let Err(end) = self.save(term, &mut record, None).await {
+                    if let Err(end) = self.save(term, version, &mut record, None).await {
                         return end;
                     }
-                    info!(job, node, token, period = %period.id, steps = record.step, "run done");
+                    info!(job, node, token, period = %period.id, steps = record.step, component = %version.hash, "run done");
                     return RunEnd::Done;
                 }
                 Err(StepError::NotReady(why)) => {
                     info!(job, node, token, period = %period.id, step = record.step, "inputs not ready, trying again in {}: {why}", show(NOT_READY_RETRY));
                     record.status = RunStatus::Waiting;
                     record.error = Some(clip(why));
-                    return match self.save(term, &mut record, None).await {
+                    return match self.save(term, version, &mut record, None).await {
                         Ok(()) => RunEnd::Waiting,
                         Err(end) => end,
                     };
@@ -355,36 +423,55 @@ impl Runner {
                     warn!(job, node, token, period = %period.id, step = record.step, "step abandoned after the term ended: {e}");
                     return RunEnd::Lost;
                 }
-                Err(e) => return self.fail(term, &mut record, e.to_string()).await,
+                Err(e) => {
+                    let kind = match &e {
+                        StepError::Trap(_) => FailureKind::Trap,
+                        StepError::MemoryLimit(_) => FailureKind::MemoryLimit,
+                        StepError::Timeout(_) => FailureKind::Timeout,
+                        _ => FailureKind::JobError,
+                    };
+                    return self
+                        .fail(term, version, &mut record, kind, e.to_string())
+                        .await;
+                }
             }
         }
     }
 
-    /// Records the run as failed (final in this version) with `why`.
-    async fn fail(&self, term: &Term, record: &mut RunRecord, why: String) -> RunEnd {
+    /// Records the run as failed (final in this version) with `kind` and `why`.
+    async fn fail(
+        &self,
+        term: &Term,
+        version: &LoadedJob,
+        record: &mut RunRecord,
+        kind: FailureKind,
+        why: String,
+    ) -> RunEnd {
         let why = clip(why);
-        error!(job = %self.job.spec.name, node = %self.node, token = term.token(), period = %record.period, step = record.step, "run failed: {why}");
+        error!(job = %self.job.spec.name, node = %self.node, token = term.token(), period = %record.period, step = record.step, failure = ?kind, "run failed: {why}");
         record.status = RunStatus::Failed;
         record.error = Some(why);
+        record.failure = Some(kind);
         record.finished_at = Some(now_rfc3339());
-        match self.save(term, record, None).await {
+        match self.save(term, version, record, None).await {
             Ok(()) => RunEnd::Failed,
             Err(end) => end,
         }
     }
 
-    /// Saves the record (and the checkpoint, when given) in one fenced write. A finished run's
-    /// checkpoint is deleted in the same write.
+    /// Saves the record (and the checkpoint, when given) in one fenced write, naming `version`
+    /// as the component that runs it. A finished run's checkpoint is deleted in the same write.
     async fn save(
         &self,
         term: &Term,
+        version: &LoadedJob,
         record: &mut RunRecord,
         checkpoint: Option<&[u8]>,
     ) -> Result<(), RunEnd> {
         let keys = &self.keys;
         record.token = term.token();
         record.node = self.node.clone();
-        record.component = self.job.hash.clone();
+        record.component = version.hash.clone();
         record.updated_at = now_rfc3339();
         let json = serde_json::to_vec(&record).expect("run records serialize");
         let mut sets = vec![(keys.run(&record.period), json.as_slice())];

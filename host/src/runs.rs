@@ -26,6 +26,25 @@ pub enum RunStatus {
     Failed,
 }
 
+/// Why a run failed: the class of the error, for scripts and metrics (`error` has the words).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailureKind {
+    /// The job returned `job-error.failed`.
+    JobError,
+    /// The guest trapped: `unreachable`, a panic, a stack overflow, a table limit.
+    Trap,
+    /// The guest tried to grow its memory past the job's memory limit.
+    MemoryLimit,
+    /// A step ran past the job's step time limit.
+    Timeout,
+    /// A step returned a checkpoint larger than the job's write limit.
+    StateTooLarge,
+    /// The run was started by a component version this host does not have; a run never mixes
+    /// versions.
+    VersionChanged,
+}
+
 /// The record of one period's run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunRecord {
@@ -55,6 +74,9 @@ pub struct RunRecord {
     /// Why the run failed or waits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The class of the failure, when `failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<FailureKind>,
 }
 
 /// Reads the record of `period`; `Ok(None)` if it was never written. A record that does not

@@ -53,8 +53,6 @@ pub use types::{JobError, RunInfo, StepOutcome};
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 /// Most bytes of a guest's stderr kept per step.
 const STDERR_CAPACITY: usize = 64 * 1024;
-/// Most log lines a guest may write per step; later lines are counted and dropped.
-const LOG_LINES_PER_STEP: u32 = 200;
 /// Longest log line kept, in bytes.
 const LOG_LINE_MAX: usize = 4096;
 /// Longest key a guest may use, in bytes.
@@ -108,9 +106,12 @@ pub enum StepError {
     /// The step ran longer than the job's step time limit.
     #[error("step exceeded its time limit of {0}")]
     Timeout(String),
-    /// The guest trapped (panic, unreachable, memory limit, stack overflow, ...).
+    /// The guest trapped (panic, unreachable, stack overflow, table limit, ...).
     #[error("guest trapped: {0}")]
     Trap(String),
+    /// The guest tried to grow its memory past the job's memory limit.
+    #[error("memory limit exceeded: {0}")]
+    MemoryLimit(String),
     /// The host could not run the step (e.g. the data directory could not be opened). Not the
     /// job's fault: the run is retried, not failed.
     #[error("host could not run the step: {0}")]
@@ -145,6 +146,7 @@ pub struct HostState {
     interrupt: Option<StepError>,
     refusal: Option<Refusal>,
     log_lines: u32,
+    max_log_lines: u32,
     log_dropped: u32,
 }
 
@@ -180,7 +182,11 @@ pub fn validate_key(key: &str) -> Result<(), String> {
 }
 
 impl HostState {
-    fn new(limits: &Limits, step: Option<StepContext>) -> anyhow::Result<(Self, GuestOutput)> {
+    fn new(
+        limits: &Limits,
+        max_log_lines: u32,
+        step: Option<StepContext>,
+    ) -> anyhow::Result<(Self, GuestOutput)> {
         let stderr = GuestOutput::new(STDERR_CAPACITY);
         let mut wasi = WasiCtx::builder();
         wasi.stderr(stderr.clone());
@@ -200,6 +206,7 @@ impl HostState {
             interrupt: None,
             refusal: None,
             log_lines: 0,
+            max_log_lines,
             log_dropped: 0,
         };
         Ok((state, stderr))
@@ -282,7 +289,7 @@ impl store::Host for HostState {
 
 impl guest_log::Host for HostState {
     async fn write(&mut self, level: guest_log::Level, message: String) -> wasmtime::Result<()> {
-        if self.log_lines >= LOG_LINES_PER_STEP {
+        if self.log_lines >= self.max_log_lines {
             self.log_dropped += 1;
             return Ok(());
         }
@@ -350,16 +357,46 @@ impl Runtime {
         Ok(self)
     }
 
-    /// Reads, compiles, type-checks and describes a component. Compilation runs on a blocking
-    /// thread.
+    /// Reads, compiles, type-checks and describes a component. A file larger than the host's
+    /// `component_bytes` limit is refused without being read whole. Compilation runs on a
+    /// blocking thread.
     pub async fn load(&self, path: &Path) -> Result<LoadedJob, LoadError> {
         let fail = |reason: String| LoadError {
             path: path.to_path_buf(),
             reason,
         };
-        let bytes = tokio::fs::read(path)
+        let max = self.host_limits.component_bytes;
+        let file = tokio::fs::File::open(path)
             .await
             .map_err(|e| fail(format!("cannot read: {e}")))?;
+        let mut bytes = Vec::new();
+        use tokio::io::AsyncReadExt as _;
+        file.take(max + 1)
+            .read_to_end(&mut bytes)
+            .await
+            .map_err(|e| fail(format!("cannot read: {e}")))?;
+        if bytes.len() as u64 > max {
+            return Err(fail(format!(
+                "larger than the host's max-component-size of {}",
+                crate::config::show_size(max)
+            )));
+        }
+        self.load_bytes(path, bytes).await
+    }
+
+    /// [`Runtime::load`] for bytes already read; `path` only names them in errors. This is the
+    /// whole load path after reading (the fuzz target in `host/fuzz` drives it).
+    pub async fn load_bytes(&self, path: &Path, bytes: Vec<u8>) -> Result<LoadedJob, LoadError> {
+        let fail = |reason: String| LoadError {
+            path: path.to_path_buf(),
+            reason,
+        };
+        if bytes.len() as u64 > self.host_limits.component_bytes {
+            return Err(fail(format!(
+                "larger than the host's max-component-size of {}",
+                crate::config::show_size(self.host_limits.component_bytes)
+            )));
+        }
         if !bytes.starts_with(b"\0asm") {
             return Err(fail("not a WebAssembly file (no \\0asm header)".into()));
         }
@@ -432,7 +469,7 @@ impl Runtime {
             step_time: Duration::from_secs(5),
             write_bytes: 0,
         };
-        let (state, _stderr) = HostState::new(&limits, None)?;
+        let (state, _stderr) = HostState::new(&limits, 0, None)?;
         let mut store = self.store(state);
         let call = async {
             let job = pre.instantiate_async(&mut store).await?;
@@ -481,8 +518,8 @@ impl Runtime {
         let term = ctx.term.clone();
         let (job_name, node) = (ctx.job.clone(), ctx.node.clone());
         let limits = job.spec.limits;
-        let (host_state, stderr) =
-            HostState::new(&limits, Some(ctx)).map_err(|e| StepError::Host(format!("{e:#}")))?;
+        let (host_state, stderr) = HostState::new(&limits, self.host_limits.log_lines, Some(ctx))
+            .map_err(|e| StepError::Host(format!("{e:#}")))?;
         let mut store = self.store(host_state);
         let hard_deadline = Instant::now() + limits.step_time + EPOCH_TICK * 5;
         let result = {
@@ -514,13 +551,14 @@ impl Runtime {
                 }
                 Some(StepError::LostLeadership(_)) => lost(),
                 Some(i) => i.clone(),
+                None if data.limits.memory_exceeded => StepError::MemoryLimit(trap_message(&trap)),
                 None => StepError::Trap(trap_message(&trap)),
             }),
             None if !term.still_leader() => Err(lost()),
             None => Err(StepError::Timeout(crate::config::show(limits.step_time))),
         };
         if data.log_dropped > 0 {
-            warn!(job = %job_name, node = %node, token = term.token(), dropped = data.log_dropped, "guest log lines dropped (more than {LOG_LINES_PER_STEP} in one step)");
+            warn!(job = %job_name, node = %node, token = term.token(), dropped = data.log_dropped, "guest log lines dropped (more than {} in one step)", self.host_limits.log_lines);
         }
         let (err_bytes, err_dropped) = stderr.take();
         for line in String::from_utf8_lossy(&err_bytes)

@@ -19,6 +19,8 @@ const COUNT: usize = 16;
 pub struct JobLimiter {
     max_memory: usize,
     memory: usize,
+    /// A memory grow was refused: the trap that follows is the memory limit's.
+    pub memory_exceeded: bool,
 }
 
 impl JobLimiter {
@@ -27,6 +29,7 @@ impl JobLimiter {
         JobLimiter {
             max_memory: usize::try_from(max_memory).unwrap_or(usize::MAX),
             memory: 0,
+            memory_exceeded: false,
         }
     }
 }
@@ -40,6 +43,7 @@ impl ResourceLimiter for JobLimiter {
     ) -> wasmtime::Result<bool> {
         let total = self.memory - current.min(self.memory) + desired;
         if total > self.max_memory {
+            self.memory_exceeded = true;
             wasmtime::bail!(
                 "forcing trap when growing memory to {desired} bytes: the job's memory limit is {} bytes in total",
                 self.max_memory

@@ -11,23 +11,51 @@ use std::time::Duration;
 use chrono::{DateTime, NaiveDate, NaiveDateTime, TimeZone, Utc};
 use chrono_tz::Tz;
 
-/// Host-wide limits: what a job gets when it asks for nothing (zero), and the most it may ask.
+/// Host-wide limits: what a job gets when it asks for nothing (zero), the most it may ask, and
+/// the limits that apply to every job alike. Set with `leasehold run`'s `--max-*` flags (see
+/// README, "Limits"); [`HostLimits::default`] is what the flags default to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HostLimits {
-    /// Default and maximum linear memory per job, in bytes.
+    /// Default and maximum linear memory per job (all memories of an instance together), in
+    /// bytes.
     pub memory: (u64, u64),
     /// Default and maximum duration of one step.
     pub step_time: (Duration, Duration),
-    /// Default and maximum size of one written value, in bytes.
+    /// Default and maximum size of one written value (and of a step's checkpoint), in bytes.
     pub write_bytes: (u64, u64),
+    /// Largest component file the host reads, in bytes.
+    pub component_bytes: u64,
+    /// Guest log lines kept per step; later lines are counted and dropped.
+    pub log_lines: u32,
 }
+
+/// What a job gets when it asks for nothing, if the host's maximum allows it.
+const DEFAULT_MEMORY: u64 = 64 << 20;
+const DEFAULT_STEP_TIME: Duration = Duration::from_secs(30);
+const DEFAULT_WRITE_BYTES: u64 = 1 << 20;
 
 impl Default for HostLimits {
     fn default() -> Self {
+        HostLimits::with_maxima(512 << 20, Duration::from_secs(600), 16 << 20, 64 << 20, 200)
+    }
+}
+
+impl HostLimits {
+    /// Limits with the given maxima; a job that asks for nothing gets the usual default, or the
+    /// maximum when that is lower.
+    pub fn with_maxima(
+        memory: u64,
+        step_time: Duration,
+        write_bytes: u64,
+        component_bytes: u64,
+        log_lines: u32,
+    ) -> Self {
         HostLimits {
-            memory: (64 << 20, 512 << 20),
-            step_time: (Duration::from_secs(30), Duration::from_secs(600)),
-            write_bytes: (1 << 20, 16 << 20),
+            memory: (DEFAULT_MEMORY.min(memory), memory),
+            step_time: (DEFAULT_STEP_TIME.min(step_time), step_time),
+            write_bytes: (DEFAULT_WRITE_BYTES.min(write_bytes), write_bytes),
+            component_bytes,
+            log_lines,
         }
     }
 }
@@ -125,13 +153,21 @@ impl fmt::Display for JobSpec {
                 "one per fire time (id YYYY-MM-DDTHH:MM:SS)"
             }
         )?;
-        writeln!(f, "memory:     {} MiB", self.limits.memory >> 20)?;
+        writeln!(
+            f,
+            "memory:     {}",
+            crate::config::show_size(self.limits.memory)
+        )?;
         writeln!(
             f,
             "step time:  {}",
             crate::config::show(self.limits.step_time)
         )?;
-        write!(f, "write size: {} bytes", self.limits.write_bytes)
+        write!(
+            f,
+            "write size: {}",
+            crate::config::show_size(self.limits.write_bytes)
+        )
     }
 }
 
@@ -208,9 +244,10 @@ impl Schedule {
 
     /// The first period that starts after `now`.
     pub fn next(&self, now: DateTime<Utc>) -> Option<Period> {
+        // `cron` compares whole seconds: skip a fire time equal to `now` truncated.
         self.cron
             .after(&now.with_timezone(&self.tz))
-            .next()
+            .find(|f| *f > now)
             .map(|f| self.period(f))
     }
 
@@ -258,6 +295,14 @@ mod tests {
             s.next(utc("2026-11-29T11:57:00Z")).unwrap().id,
             "2026-11-30"
         );
+    }
+
+    #[test]
+    fn the_next_period_starts_after_now() {
+        let s = Schedule::parse("* * * * * *", "UTC").unwrap();
+        let now = utc("2026-11-29T14:31:49.300Z");
+        assert_eq!(s.current(now).unwrap().id, "2026-11-29T14:31:49");
+        assert_eq!(s.next(now).unwrap().id, "2026-11-29T14:31:50");
     }
 
     #[test]

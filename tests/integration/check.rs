@@ -67,6 +67,22 @@ fn bad_files_are_refused_with_the_file_and_the_reason() {
         err.contains("missing.wasm is refused: cannot read"),
         "{err}"
     );
+    let (code, _, err) = check(&guests().wasm("otherworld"));
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("is refused: does not implement the leasehold:job/job world"),
+        "{err}"
+    );
+    // A huge file is refused unread (sparse: it takes no disk space).
+    let huge = dir.join("huge.wasm");
+    let f = std::fs::File::create(&huge).unwrap();
+    f.set_len(100 << 20).unwrap();
+    let (code, _, err) = check(&huge);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("huge.wasm is refused: larger than the host's max-component-size of 64 MiB"),
+        "{err}"
+    );
     let (code, _, err) = check(&guests().wasm("netjob"));
     assert_eq!(code, 1);
     assert!(
@@ -109,4 +125,54 @@ async fn a_host_refuses_a_bad_job_and_serves_the_others() {
         );
     })
     .await;
+}
+
+#[test]
+fn check_applies_the_host_limits_it_is_given() {
+    let ticker = guests().wasm("ticker");
+    let out = run_leasehold(&[
+        std::ffi::OsStr::new("check"),
+        ticker.as_os_str(),
+        std::ffi::OsStr::new("--max-memory"),
+        std::ffi::OsStr::new("16MiB"),
+        std::ffi::OsStr::new("--max-step-time"),
+        std::ffi::OsStr::new("5s"),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for needle in ["memory:     16 MiB", "step time:  5s", "write size: 1 MiB"] {
+        assert!(stdout.contains(needle), "{needle:?} missing:\n{stdout}");
+    }
+    let (code, _, _) = check(&ticker);
+    assert_eq!(code, 0);
+    let small = run_leasehold(&[
+        std::ffi::OsStr::new("check"),
+        ticker.as_os_str(),
+        std::ffi::OsStr::new("--max-component-size"),
+        std::ffi::OsStr::new("64KiB"),
+        std::ffi::OsStr::new("--max-memory"),
+        std::ffi::OsStr::new("1000"),
+    ]);
+    assert_eq!(small.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&small.stderr);
+    assert!(
+        err.contains("max-memory (1000 bytes) must be at least 1 MiB"),
+        "{err}"
+    );
+    let refused = run_leasehold(&[
+        std::ffi::OsStr::new("check"),
+        ticker.as_os_str(),
+        std::ffi::OsStr::new("--max-component-size"),
+        std::ffi::OsStr::new("64KiB"),
+    ]);
+    assert_eq!(refused.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("larger than the host's max-component-size of 64 KiB"),
+        "{err}"
+    );
 }

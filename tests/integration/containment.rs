@@ -225,7 +225,10 @@ async fn a_trap_a_loop_a_memory_bomb_or_a_stack_overflow_fails_only_that_step() 
                 "panic",
                 "wasm trap: wasm `unreachable` instruction executed",
             ),
-            ("oom", "forcing trap when growing memory to"),
+            (
+                "unreachable",
+                "wasm trap: wasm `unreachable` instruction executed",
+            ),
             ("recurse", "wasm trap: call stack exhausted"),
         ];
         for (mode, message) in cases {
@@ -233,6 +236,13 @@ async fn a_trap_a_loop_a_memory_bomb_or_a_stack_overflow_fails_only_that_step() 
                 Err(StepError::Trap(m)) => assert!(m.starts_with(message), "{mode}: {m}"),
                 other => panic!("{mode}: {other:?}"),
             }
+        }
+        match misbehave(&runtime, &redis, "oom").await {
+            Err(StepError::MemoryLimit(m)) => assert!(
+                m.contains("the job's memory limit is 67108864 bytes in total"),
+                "{m}"
+            ),
+            other => panic!("oom: {other:?}"),
         }
         // The probe's step time limit is 3 s; its term lasts a minute.
         match misbehave(&runtime, &redis, "spin").await {

@@ -88,7 +88,11 @@ async fn a_resigning_leader_hands_over_without_waiting_for_the_ttl() {
             let released = Arc::new(Notify::new());
             let (stop_tx, stop_rx) = watch::channel(false);
             let channels = HashMap::from([(keys.released_channel(), released.clone())]);
-            tokio::spawn(listen_for_releases(redis.client(), channels, stop_rx));
+            tokio::spawn(listen_for_releases(
+                redis.client(),
+                std::sync::Arc::new(std::sync::Mutex::new(channels)),
+                stop_rx,
+            ));
             let (role_tx, role_rx) = watch::channel(Role::Candidate);
             let (resign_tx, resign_rx) = watch::channel(false);
             let elector = Elector {

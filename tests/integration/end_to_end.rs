@@ -216,9 +216,15 @@ async fn leave_a_run_half_done(c: &mut redis::aio::MultiplexedConnection) {
             .await
             .unwrap();
     }
+    // The crashed node ran the same component (a run never continues with another version).
+    let wasm = std::fs::read(crate::harness::guests().wasm("reconciliation")).unwrap();
+    let same_version = format!(
+        "sha256:{}",
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&wasm))
+    );
     let record = serde_json::json!({
         "period": PERIOD, "scheduled_at": "2026-11-27T02:30:00+00:00", "status": "running", "step": 2,
-        "attempt": 1, "token": 7, "node": "crashed-node", "component": "sha256:earlier",
+        "attempt": 1, "token": 7, "node": "crashed-node", "component": same_version,
         "started_at": "2026-11-27T02:30:00.000Z", "updated_at": "2026-11-27T02:30:01.000Z",
     });
     let _: () = c.set(RUN_KEY, record.to_string()).await.unwrap();

@@ -319,6 +319,11 @@ impl HostProcess {
         HostProcess { child, log }
     }
 
+    /// Whether the process is still running (it has not exited or been killed).
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// Every log line so far.
     pub fn log(&self) -> Vec<String> {
         self.log.lock().unwrap().clone()

@@ -29,6 +29,12 @@ mod check;
 // Guest containment: the only way a guest changes anything is the fenced import.
 mod containment;
 
+// Hostile guests in a real host: each fails only its own run; a neighbour job keeps its lease.
+mod hostile;
+
+// The live jobs directory: add, replace (runs keep their version), refuse, remove, partial writes.
+mod jobs_dir;
+
 // A history of applied writes (Redis MONITOR) and the fencing checker.
 mod history;
 

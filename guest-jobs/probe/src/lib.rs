@@ -3,11 +3,17 @@
 //! that only the fenced write can succeed.
 //!
 //! (Network access is not among the attempts: a component that imports `wasi:sockets` is
-//! refused at load, see the `netjob` fixture.) `run.period` may name a misbehaviour instead:
-//! - `spin`: compute forever without ever asking `still-leader`;
+//! refused at load, see the `netjob` fixture.) A misbehaviour may be chosen instead, by the
+//! file `/data/mode` (when the job runs in a host) or else by `run.period` (in-process tests):
+//! - `unreachable`: execute wasm's `unreachable`;
 //! - `panic`: panic with a message;
+//! - `spin`: compute forever without ever asking `still-leader`;
 //! - `oom`: allocate without bound;
-//! - `recurse`: recurse without bound.
+//! - `recurse`: recurse without bound;
+//! - `big-write`: write a value larger than the job's write limit (and fail with the error);
+//! - `big-state`: return a checkpoint larger than the job's write limit;
+//! - `keys`: write keys outside the namespace and odd keys (and fail listing each error);
+//! - `log-flood`: write 100,000 log lines and 1 MiB of stderr, then finish.
 
 wit_bindgen::generate!({ world: "job", path: "../../wit" });
 
@@ -36,7 +42,61 @@ impl Guest for Probe {
         step: u32,
         _state: Option<Vec<u8>>,
     ) -> Result<StepOutcome, JobError> {
-        match run.period.as_str() {
+        let mode = std::fs::read_to_string("/data/mode")
+            .map(|m| m.trim().to_string())
+            .unwrap_or(run.period);
+        match mode.as_str() {
+            "unreachable" => core::arch::wasm32::unreachable(),
+            "big-write" => {
+                return match store::write("big", &vec![7u8; 64 * 1024]) {
+                    Ok(()) => Ok(StepOutcome::Done),
+                    Err(e) => Err(JobError::Failed(format!(
+                        "store.write(\"big\"): {}",
+                        describe(&e)
+                    ))),
+                };
+            }
+            "big-state" => return Ok(StepOutcome::Continue(vec![7u8; 64 * 1024])),
+            "keys" => {
+                let long = "k".repeat(10_000);
+                let keys = [
+                    "../x",
+                    "../../ticker/data/tick",
+                    "lh:{ticker}:fence",
+                    "",
+                    "nul\0byte",
+                    "/abs",
+                    long.as_str(),
+                ];
+                let results: Vec<String> = keys
+                    .iter()
+                    .map(|k| {
+                        let shown = if k.len() > 20 {
+                            format!("{}… ({} bytes)", &k[..8], k.len())
+                        } else {
+                            format!("{k:?}")
+                        };
+                        match store::write(k, b"escaped?") {
+                            Ok(()) => format!("{shown}: ok"),
+                            Err(e) => format!("{shown}: {}", describe(&e)),
+                        }
+                    })
+                    .collect();
+                return Err(JobError::Failed(results.join("; ")));
+            }
+            "log-flood" => {
+                for i in 0..100_000 {
+                    leasehold::job::log::write(
+                        leasehold::job::log::Level::Info,
+                        &format!("flood line {i}"),
+                    );
+                }
+                let line = "e".repeat(1023);
+                for _ in 0..1024 {
+                    eprintln!("{line}");
+                }
+                return Ok(StepOutcome::Done);
+            }
             "spin" => {
                 let mut x: u64 = 0;
                 loop {
@@ -89,6 +149,17 @@ impl Guest for Probe {
             Err(e) => format!("big: error {e:?}"),
         });
         Ok(StepOutcome::Continue(out.join("\n").into_bytes()))
+    }
+}
+
+/// The typed write error, in words.
+fn describe(e: &store::WriteError) -> String {
+    match e {
+        store::WriteError::InvalidKey(m) => format!("invalid-key({m})"),
+        store::WriteError::TooLarge(max) => format!("too-large(max {max} bytes)"),
+        store::WriteError::NotLeader => "not-leader".into(),
+        store::WriteError::Fenced(m) => format!("fenced({m})"),
+        store::WriteError::Unavailable(m) => format!("unavailable({m})"),
     }
 }
 

@@ -1,0 +1,40 @@
+//! Test fixture: a cheap job that fires every second; its one step writes `tick/<period>`
+//! through the fence. Tests run it beside a misbehaving job to show it keeps its lease and its
+//! schedule.
+
+wit_bindgen::generate!({ world: "job", path: "../../wit" });
+
+use leasehold::job::store;
+use leasehold::job::types::Limits;
+
+struct Ticker;
+
+impl Guest for Ticker {
+    fn describe() -> JobSpec {
+        JobSpec {
+            name: "ticker".into(),
+            schedule: "* * * * * *".into(),
+            time_zone: "UTC".into(),
+            limits: Limits {
+                max_memory_bytes: 0,
+                max_step_millis: 0,
+                max_write_bytes: 0,
+            },
+        }
+    }
+
+    fn run_step(
+        _term: &Term,
+        run: RunInfo,
+        _step: u32,
+        _state: Option<Vec<u8>>,
+    ) -> Result<StepOutcome, JobError> {
+        match store::write(&format!("tick/{}", run.period), b"tick") {
+            Ok(()) => Ok(StepOutcome::Done),
+            Err(store::WriteError::NotLeader) => Err(JobError::LostLeadership),
+            Err(e) => Err(JobError::Failed(format!("{e:?}"))),
+        }
+    }
+}
+
+export!(Ticker);

@@ -1,0 +1,268 @@
+//! The jobs directory, watched while the host runs: add, replace or remove a `.wasm` file and
+//! the host follows.
+//!
+//! A [`JobsDir::scan`] lists the directory's `*.wasm` files (hidden files are skipped, so a
+//! copy tool's `.name.wasm.tmp` is never read) and decides which version of which job this host
+//! should serve:
+//!
+//! * **Settling.** A file is read only once it has *settled*: unmodified for [`SETTLE`] by its
+//!   modification time, or unchanged (size, time, inode) across scans for twice that long when
+//!   its time is in the future. A file still being copied is therefore not loaded half-written;
+//!   a file that stalls mid-copy longer than that is loaded, refused as truncated, and loaded
+//!   again when it changes. Renaming a finished file into the directory is atomic and settles
+//!   at once if its time is old enough.
+//! * **One outcome per file version.** A settled file is loaded (validated, compiled through
+//!   the code cache, described) once per fingerprint; the result, a job or a refusal naming the
+//!   file and the reason, is logged once.
+//! * **Replacing keeps serving.** While a replacement settles, or when it is refused, the
+//!   version already served from that file keeps running (the refusal says so).
+//! * **One file per job name.** When two files describe the same job, the one already serving
+//!   it keeps it (otherwise the first in name order); the other is refused.
+//! * A file that disappears stops serving its job.
+//!
+//! The node ([`crate::node`]) applies a scan: starts a new job's elector and runner, hands a new
+//! version to the runner (a run in progress finishes with the version it started with, see
+//! [`crate::runner`]), and stops and releases a removed job. Scans run when the directory
+//! changes (inotify, through `notify`) and every [`RESCAN`] anyway, for filesystems that do not
+//! report changes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::Context as _;
+use tokio::sync::mpsc;
+use tracing::{error, info, warn};
+
+use crate::runtime::{LoadedJob, Runtime};
+
+/// How long a file must stay unmodified before it is read.
+pub const SETTLE: Duration = Duration::from_millis(500);
+/// Scan interval when nothing reports a change.
+pub const RESCAN: Duration = Duration::from_secs(2);
+
+/// What identifies one version of a file without reading it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Fingerprint {
+    len: u64,
+    modified: Option<SystemTime>,
+    inode: u64,
+}
+
+/// What this host knows about one file.
+struct FileState {
+    fingerprint: Fingerprint,
+    first_seen: Instant,
+    outcome: Option<Outcome>,
+    /// A conflict (its job name served from another file) was logged for this version.
+    conflict_logged: bool,
+}
+
+#[derive(Clone)]
+enum Outcome {
+    Loaded(Arc<LoadedJob>),
+    Refused(String),
+}
+
+/// A refused file and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// The file.
+    pub path: PathBuf,
+    /// Why, in words.
+    pub reason: String,
+}
+
+/// The result of a scan: what to serve.
+#[derive(Default)]
+pub struct Scan {
+    /// Job name → the version this host should serve.
+    pub jobs: BTreeMap<String, Arc<LoadedJob>>,
+    /// Files refused in their current version.
+    pub refused: Vec<Refusal>,
+    /// Some file has not settled yet: scan again soon.
+    pub settling: bool,
+}
+
+/// The watched jobs directory.
+pub struct JobsDir {
+    dir: PathBuf,
+    files: HashMap<PathBuf, FileState>,
+}
+
+impl JobsDir {
+    /// A jobs directory at `dir` (read at the first scan).
+    pub fn new(dir: &Path) -> Self {
+        JobsDir {
+            dir: dir.to_path_buf(),
+            files: HashMap::new(),
+        }
+    }
+
+    /// Lists the directory, loads what settled and changed, and decides what to serve, given
+    /// what is served now (`serving`).
+    pub async fn scan(
+        &mut self,
+        runtime: &Runtime,
+        serving: &BTreeMap<String, Arc<LoadedJob>>,
+    ) -> anyhow::Result<Scan> {
+        let listed = list(&self.dir).await?;
+        let now = Instant::now();
+        self.files.retain(|p, _| listed.iter().any(|(q, _)| q == p));
+        let mut scan = Scan::default();
+        for (path, fp) in &listed {
+            let state = self.files.entry(path.clone()).or_insert_with(|| FileState {
+                fingerprint: *fp,
+                first_seen: now,
+                outcome: None,
+                conflict_logged: false,
+            });
+            if state.fingerprint != *fp {
+                *state = FileState {
+                    fingerprint: *fp,
+                    first_seen: now,
+                    outcome: None,
+                    conflict_logged: false,
+                };
+            }
+            if state.outcome.is_some() {
+                continue;
+            }
+            let age = fp
+                .modified
+                .and_then(|m| SystemTime::now().duration_since(m).ok());
+            let settled = age.is_some_and(|a| a >= SETTLE) || now - state.first_seen >= SETTLE * 2;
+            if !settled {
+                scan.settling = true;
+                continue;
+            }
+            state.outcome = Some(match runtime.load(path).await {
+                Ok(job) => {
+                    info!(file = %path.display(), job = %job.spec.name, hash = %job.hash, compiled = job.compiled.as_str(), schedule = %job.spec.schedule.expr(), tz = %job.spec.schedule.tz(), "loaded job");
+                    Outcome::Loaded(Arc::new(job))
+                }
+                Err(e) => {
+                    let serving_from_here = serving.values().find(|j| &j.path == path);
+                    match serving_from_here {
+                        Some(j) => {
+                            error!(file = %path.display(), job = %j.spec.name, "refused: {}; version {} keeps running", e.reason, j.hash)
+                        }
+                        None => error!(file = %path.display(), "refused: {}", e.reason),
+                    }
+                    Outcome::Refused(e.reason)
+                }
+            });
+        }
+
+        // Claims: job name → files offering it, in name order (`listed` is sorted).
+        let mut claims: BTreeMap<String, Vec<(PathBuf, Arc<LoadedJob>)>> = BTreeMap::new();
+        for (path, _) in &listed {
+            let state = &self.files[path];
+            let offered = match &state.outcome {
+                Some(Outcome::Loaded(job)) => Some(job.clone()),
+                // Settling or refused: the version this file already serves keeps running.
+                _ => serving.values().find(|j| &j.path == path).cloned(),
+            };
+            if let Some(Outcome::Refused(reason)) = &state.outcome {
+                scan.refused.push(Refusal {
+                    path: path.clone(),
+                    reason: reason.clone(),
+                });
+            }
+            if let Some(job) = offered {
+                claims
+                    .entry(job.spec.name.clone())
+                    .or_default()
+                    .push((path.clone(), job));
+            }
+        }
+        for (name, offers) in claims {
+            let current = serving.get(&name).map(|j| j.path.clone());
+            let winner = offers
+                .iter()
+                .position(|(p, _)| Some(p) == current.as_ref())
+                .unwrap_or(0);
+            for (i, (path, _)) in offers.iter().enumerate() {
+                if i == winner {
+                    continue;
+                }
+                let reason = format!(
+                    "job name {name:?} is already served from {}",
+                    offers[winner].0.display()
+                );
+                let state = self.files.get_mut(path).expect("listed");
+                if !state.conflict_logged {
+                    error!(file = %path.display(), job = %name, "refused: {reason}");
+                    state.conflict_logged = true;
+                }
+                scan.refused.push(Refusal {
+                    path: path.clone(),
+                    reason,
+                });
+            }
+            scan.jobs.insert(name, offers[winner].1.clone());
+        }
+        Ok(scan)
+    }
+}
+
+/// The directory's `*.wasm` files (not hidden, regular files or links to them) with their
+/// fingerprints, sorted by path.
+async fn list(dir: &Path) -> anyhow::Result<Vec<(PathBuf, Fingerprint)>> {
+    let mut out = Vec::new();
+    let mut entries = tokio::fs::read_dir(dir)
+        .await
+        .with_context(|| format!("cannot read jobs directory {}", dir.display()))?;
+    while let Some(e) = entries.next_entry().await? {
+        let path = e.path();
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with('.') || !name.ends_with(".wasm") {
+            continue;
+        }
+        // Follows links; a dangling link or a directory named *.wasm is skipped.
+        let Ok(meta) = tokio::fs::metadata(&path).await else {
+            continue;
+        };
+        if !meta.is_file() {
+            continue;
+        }
+        use std::os::unix::fs::MetadataExt as _;
+        out.push((
+            path,
+            Fingerprint {
+                len: meta.len(),
+                modified: meta.modified().ok(),
+                inode: meta.ino(),
+            },
+        ));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+/// Watches `dir` for changes: a message on the returned channel means "scan again". The
+/// watcher stops when the returned guard is dropped. `None` (with a warning) when the platform
+/// cannot watch; periodic scans still follow the directory.
+pub fn watch(dir: &Path) -> (Option<notify::RecommendedWatcher>, mpsc::Receiver<()>) {
+    use notify::Watcher as _;
+    let (tx, rx) = mpsc::channel(1);
+    let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+        if res.is_ok() {
+            // A full channel already means "scan again".
+            let _ = tx.try_send(());
+        }
+    })
+    .and_then(|mut w| {
+        w.watch(dir, notify::RecursiveMode::NonRecursive)?;
+        Ok(w)
+    });
+    match watcher {
+        Ok(w) => (Some(w), rx),
+        Err(e) => {
+            warn!(dir = %dir.display(), "cannot watch the jobs directory ({e}); scanning it every {}", crate::config::show(RESCAN));
+            (None, rx)
+        }
+    }
+}
