@@ -176,3 +176,36 @@ fn check_applies_the_host_limits_it_is_given() {
         "{err}"
     );
 }
+
+/// Replays the fuzz corpus (`host/fuzz/corpus/load`) through the load path: every input ends
+/// in a job or a refusal with a reason, never a panic.
+#[tokio::test]
+async fn the_fuzz_corpus_loads_or_is_refused_without_panicking() {
+    deadline(Duration::from_secs(120), async {
+        let corpus = crate::harness::repo_root().join("host/fuzz/corpus/load");
+        let runtime =
+            leasehold::runtime::Runtime::new(leasehold::spec::HostLimits::default()).unwrap();
+        let (mut loaded, mut refused) = (0, 0);
+        for entry in std::fs::read_dir(&corpus).unwrap() {
+            let path = entry.unwrap().path();
+            let bytes = std::fs::read(&path).unwrap();
+            match runtime.load_bytes(&path, bytes).await {
+                Ok(job) => {
+                    assert!(!job.spec.name.is_empty());
+                    loaded += 1;
+                }
+                Err(e) => {
+                    assert_eq!(e.path, path);
+                    assert!(!e.reason.is_empty(), "{}: empty reason", path.display());
+                    refused += 1;
+                }
+            }
+        }
+        // The seeds include a valid job and several kinds of bad file.
+        assert!(
+            loaded >= 1 && refused >= 4,
+            "loaded {loaded}, refused {refused}"
+        );
+    })
+    .await;
+}
