@@ -4,7 +4,7 @@
 
 wit_bindgen::generate!({ world: "job", path: "../../wit" });
 
-use leasehold::job::types::Limits;
+use leasehold::job::types::{CatchUp, Limits, Overlap, Policies};
 
 struct Spinner;
 
@@ -15,6 +15,16 @@ impl Guest for Spinner {
             schedule: "* * * * * *".into(),
             time_zone: "UTC".into(),
             limits: Limits { max_memory_bytes: 0, max_step_millis: 0, max_write_bytes: 0 },
+            // Every second; a fire during an open run is recorded as skipped, not queued.
+            policies: Policies {
+                catch_up: CatchUp::Latest,
+                catch_up_window_millis: 0,
+                retry_attempts: 0,
+                retry_backoff_millis: 0,
+                retry_max_backoff_millis: 0,
+                overlap: Overlap::Skip,
+                max_run_millis: 0,
+            },
         }
     }
 

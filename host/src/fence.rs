@@ -9,7 +9,8 @@
 //! 2. refuses the write unless the lease still holds the writer's owner value at the moment
 //!    Redis applies it (**not leaseholder**) — the compare etcd does on the leader key's
 //!    revision, possible because lease and data live in the same Redis;
-//! 3. otherwise raises the fence to the token if it is higher, and sets every key given.
+//! 3. otherwise raises the fence to the token if it is higher, and sets every key given (in
+//!    *create* mode only if none of them exists yet: an idempotency key).
 //!
 //! The acquire script raises the fence when a term starts (see [`crate::lease`]), so once term
 //! `t` has begun no write of an earlier term is accepted, even before `t` writes anything.
@@ -28,7 +29,8 @@ static FENCED_WRITE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 -- KEYS: lease, fence, keys to set..., keys to delete...
--- ARGV: owner, token, number of keys to set, values... (one per key to set)
+-- ARGV: owner, token, number of keys to set, create ('1': only if no key to set exists),
+--       values... (one per key to set)
 local token = tonumber(ARGV[2])
 local fence_token = redis.call('HGET', KEYS[2], 'token')
 local fence_holder = redis.call('HGET', KEYS[2], 'holder') or ''
@@ -49,9 +51,16 @@ if (not fence_token) or token > tonumber(fence_token) then
   redis.call('HSET', KEYS[2], 'token', ARGV[2], 'holder', ARGV[1])
 end
 local sets = tonumber(ARGV[3])
+if ARGV[4] == '1' then
+  for i = 1, sets do
+    if redis.call('EXISTS', KEYS[i + 2]) == 1 then
+      return {1, 'exists', '', ''}
+    end
+  end
+end
 for i = 1, #KEYS - 2 do
   if i <= sets then
-    redis.call('SET', KEYS[i + 2], ARGV[i + 3])
+    redis.call('SET', KEYS[i + 2], ARGV[i + 4])
   else
     redis.call('DEL', KEYS[i + 2])
   end
@@ -145,11 +154,27 @@ pub async fn write_and_delete<C: ConnectionLike>(
     writes: &[(String, &[u8])],
     deletes: &[String],
 ) -> Result<(), FenceError> {
+    invoke(conn, keys, (owner, token), writes, deletes, false)
+        .await
+        .map(|_| ())
+}
+
+/// Runs the script; `Ok(false)` when `create` found a key to set already there (nothing was
+/// written).
+async fn invoke<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &JobKeys,
+    (owner, token): (&str, u64),
+    writes: &[(String, &[u8])],
+    deletes: &[String],
+    create: bool,
+) -> Result<bool, FenceError> {
     let mut inv = FENCED_WRITE.key(keys.lease());
     inv.key(keys.fence())
         .arg(owner)
         .arg(token)
-        .arg(writes.len());
+        .arg(writes.len())
+        .arg(if create { "1" } else { "0" });
     for (key, value) in writes {
         inv.key(key).arg(*value);
     }
@@ -159,7 +184,7 @@ pub async fn write_and_delete<C: ConnectionLike>(
     let (ok, kind, fence_token, holder): (i64, String, String, String) =
         inv.invoke_async(conn).await?;
     if ok == 1 {
-        return Ok(());
+        return Ok(kind != "exists");
     }
     let fence_token = fence_token.parse().unwrap_or(0);
     Err(FenceError::Refused(match kind.as_str() {
@@ -216,10 +241,37 @@ pub async fn write_in_term<C: ConnectionLike>(
     conn: &mut C,
     keys: &JobKeys,
     term: &Term,
-    (job, node): (&str, &str),
+    who: (&str, &str),
     writes: &[(String, &[u8])],
     deletes: &[String],
 ) -> Result<(), TermWriteError> {
+    term_write(conn, keys, term, who, writes, deletes, false)
+        .await
+        .map(|_| ())
+}
+
+/// [`write_in_term`] in create mode: sets `key` only if it does not exist. `Ok(false)`: it
+/// existed, nothing was written.
+pub async fn create_in_term<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &JobKeys,
+    term: &Term,
+    who: (&str, &str),
+    key: String,
+    value: &[u8],
+) -> Result<bool, TermWriteError> {
+    term_write(conn, keys, term, who, &[(key, value)], &[], true).await
+}
+
+async fn term_write<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &JobKeys,
+    term: &Term,
+    (job, node): (&str, &str),
+    writes: &[(String, &[u8])],
+    deletes: &[String],
+    create: bool,
+) -> Result<bool, TermWriteError> {
     let token = term.token();
     let sent_ms = mono_ms(std::time::Instant::now());
     let deadline_ms = term.deadline_ms();
@@ -231,9 +283,9 @@ pub async fn write_in_term<C: ConnectionLike>(
     let outcome = if !term.still_leader() {
         Err(TermWriteError::Ended)
     } else {
-        let write = write_and_delete(conn, keys, term.owner(), token, writes, deletes);
+        let write = invoke(conn, keys, (term.owner(), token), writes, deletes, create);
         match term.bound(write).await {
-            Some(Ok(())) => Ok(()),
+            Some(Ok(applied)) => Ok(applied),
             Some(Err(FenceError::Refused(refusal))) => {
                 tracing::warn!(
                     job,
@@ -250,7 +302,8 @@ pub async fn write_in_term<C: ConnectionLike>(
         }
     };
     let result = match &outcome {
-        Ok(()) => "accepted",
+        Ok(true) => "accepted",
+        Ok(false) => "exists",
         Err(TermWriteError::Ended) => "ended",
         Err(TermWriteError::Refused(_)) => "refused",
         Err(TermWriteError::Redis(_)) => "unavailable",

@@ -7,7 +7,8 @@
 //!
 //! * **Settling.** A file is read only once it has *settled*: unmodified for [`SETTLE`] by its
 //!   modification time, or unchanged (size, time, inode) across scans for twice that long when
-//!   its time is in the future. A file still being copied is therefore not loaded half-written;
+//!   its time is in the future. A job's sidecar (`name.toml` beside `name.wasm`, see
+//!   [`crate::spec::Sidecar`]) is part of its version: changing it reloads the job. A file still being copied is therefore not loaded half-written;
 //!   a file that stalls mid-copy longer than that is loaded, refused as truncated, and loaded
 //!   again when it changes. Renaming a finished file into the directory is atomic and settles
 //!   at once if its time is old enough.
@@ -44,10 +45,28 @@ pub const RESCAN: Duration = Duration::from_secs(2);
 
 /// What identifies one version of a file without reading it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Fingerprint {
+struct FileId {
     len: u64,
     modified: Option<SystemTime>,
     inode: u64,
+}
+
+/// One version of a job's files: the component and its sidecar, if any.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Fingerprint {
+    component: FileId,
+    sidecar: Option<FileId>,
+}
+
+impl Fingerprint {
+    /// The newest modification time of the files.
+    fn modified(&self) -> Option<SystemTime> {
+        let c = self.component.modified;
+        match self.sidecar {
+            Some(s) => c.max(s.modified),
+            None => c,
+        }
+    }
 }
 
 /// What this host knows about one file.
@@ -130,7 +149,7 @@ impl JobsDir {
                 continue;
             }
             let age = fp
-                .modified
+                .modified()
                 .and_then(|m| SystemTime::now().duration_since(m).ok());
             let settled = age.is_some_and(|a| a >= SETTLE) || now - state.first_seen >= SETTLE * 2;
             if !settled {
@@ -229,12 +248,20 @@ async fn list(dir: &Path) -> anyhow::Result<Vec<(PathBuf, Fingerprint)>> {
             continue;
         }
         use std::os::unix::fs::MetadataExt as _;
+        let id = |m: &std::fs::Metadata| FileId {
+            len: m.len(),
+            modified: m.modified().ok(),
+            inode: m.ino(),
+        };
+        let sidecar = tokio::fs::metadata(crate::runtime::sidecar_of(&path))
+            .await
+            .ok()
+            .map(|m| id(&m));
         out.push((
             path,
             Fingerprint {
-                len: meta.len(),
-                modified: meta.modified().ok(),
-                inode: meta.ino(),
+                component: id(&meta),
+                sidecar,
             },
         ));
     }

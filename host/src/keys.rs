@@ -10,7 +10,9 @@
 //! | `lh:{job}:run:<period>` | string (JSON) | fenced write (runner) | the run record of one period |
 //! | `lh:{job}:ckpt:<period>` | string (bytes) | fenced write (runner), with the run record | the state the next step resumes from |
 //! | `lh:{job}:requests` | set | `leasehold trigger` | periods asked for by an operator |
-//! | `lh:{job}:open` | set | runner, after a fenced write | periods whose run is `running` or `waiting` |
+//! | `lh:{job}:open` | set | runner, after a fenced write | periods whose run is `pending`, `running` or `waiting` |
+//! | `lh:{job}:cursor` | string | fenced write (runner), with the records it accounts for | wall-clock fire time of the newest period accounted for |
+//! | `lh:{job}:paused` | string | `leasehold pause` / HTTP | who paused the job and when; absent when running |
 //!
 //! Channel `lh:{job}:released` (pub/sub, not a key): the release script publishes the old
 //! owner there, so followers campaign at once instead of waiting for the TTL.
@@ -36,6 +38,22 @@ impl JobKeys {
     /// The lease: owner of the current term, expiring after the lease TTL.
     pub fn lease(&self) -> String {
         format!("{}lease", self.prefix)
+    }
+
+    /// The scheduler's cursor: the newest period accounted for.
+    pub fn cursor(&self) -> String {
+        format!("{}cursor", self.prefix)
+    }
+
+    /// Present while an operator has paused the job.
+    pub fn paused(&self) -> String {
+        format!("{}paused", self.prefix)
+    }
+
+    /// `SCAN` pattern of every run record of the job.
+    pub fn run_pattern(&self) -> String {
+        // `{`, `}` and `:` are literal in patterns.
+        format!("{}run:*", self.prefix)
     }
 
     /// The token counter.

@@ -92,7 +92,12 @@ impl Host {
         }
         for (name, job) in scan.jobs {
             match self.jobs.get_mut(&name) {
-                Some(h) if h.job.hash == job.hash => {}
+                Some(h) if h.job.hash == job.hash && h.job.sidecar == job.sidecar => {}
+                Some(h) if h.job.hash == job.hash => {
+                    info!(job = %name, node = %node, file = %job.path.display(), sidecar = ?job.sidecar, "job spec changed by its sidecar: new runs use the new schedule and policies");
+                    h.job = job.clone();
+                    h.version.send_replace(job);
+                }
                 Some(h) => {
                     info!(job = %name, node = %node, file = %job.path.display(), from = %h.job.hash, to = %job.hash, "job replaced: new runs use the new version; a run in progress finishes with the version it started with");
                     h.job = job.clone();

@@ -1,12 +1,21 @@
 //! The runner of one job: while this node leads, it completes the job's due periods.
 //!
-//! For each due period (the schedule's current period, and periods requested with
-//! `leasehold trigger`) the runner reads the period's run record: `done` and `failed` are final
-//! and skipped; `running` or `waiting` resume from the saved step and checkpoint; no record
-//! starts a run at step 0. Before every step it checks the term ([`Term::still_leader`]); after
-//! every step it saves the record and the checkpoint in one fenced write. A step is stopped as
-//! soon as the term ends (see [`crate::runtime`]), and nothing is written after that: the next
-//! leader resumes from the last checkpoint (I5).
+//! Every round (each heartbeat, each fire time, or sooner) the leader reads the job's state in
+//! one round trip (requests, open runs, pause flag, cursor), then:
+//!
+//! 1. **Accounts** for the periods that fired since the cursor ([`crate::spec::Schedule::since`]):
+//!    each gets a run record in one fenced write with the new cursor — `pending`, or `missed`
+//!    under the catch-up policy, or `skipped` under the overlap policy — so no period is ever
+//!    dropped silently (I5).
+//! 2. **Runs** the first due period (open runs, requests, and what it just made pending, in
+//!    period order): `done` is final; `running`/`waiting`/`pending` resume from the saved step
+//!    and checkpoint; a requested period whose record is `failed`, `missed` or `skipped` runs
+//!    again as a new attempt. Before every step it checks the term
+//!    ([`Term::still_leader`]), the pause flag and the maximum run time; after every step it saves
+//!    the record and the checkpoint in one fenced write. A failed step is retried from the
+//!    checkpoint under the retry policy. A step is stopped as soon as the term ends (see
+//!    [`crate::runtime`]), and nothing is written after that: the next leader resumes from the
+//!    last checkpoint.
 //!
 //! On shutdown the running step is dropped (which stops the guest) before the elector releases
 //! the lease (I7).
@@ -27,7 +36,7 @@ use crate::fence::{self, TermWriteError};
 use crate::keys::JobKeys;
 use crate::runs::{self, FailureKind, RunRecord, RunStatus};
 use crate::runtime::{LoadedJob, RunInfo, Runtime, StepContext, StepError, StepOutcome};
-use crate::spec::Period;
+use crate::spec::{CatchUp, Overlap, Period};
 use crate::term::Term;
 
 /// How long a period whose inputs are not ready waits before its step is tried again.
@@ -75,18 +84,43 @@ pub struct Runner {
 
 /// How a period's run ended on this node.
 enum RunEnd {
-    /// Done (now or earlier).
-    Done,
-    /// Failed (now or earlier).
-    Failed,
-    /// Waiting for inputs; try again after the delay.
-    Waiting,
+    /// The record is final (done, failed, missed or skipped), now or earlier.
+    Finished,
+    /// Not now: waiting for inputs or for a retry's backoff; try again at the instant.
+    Later(Instant),
+    /// The job is paused; the run resumes when it is resumed.
+    Paused,
     /// The term ended; stop leading.
     Lost,
     /// A Redis error interrupted the run; it resumes from its last checkpoint.
     Interrupted(String),
     /// The run record is unreadable; the period is skipped (logged as an error).
     Broken,
+}
+
+impl RunEnd {
+    fn why(&self) -> String {
+        match self {
+            RunEnd::Interrupted(w) => w.clone(),
+            RunEnd::Lost => "the term ended".into(),
+            _ => String::new(),
+        }
+    }
+}
+
+/// Most periods accounted for in one pass (and recorded one by one after an outage).
+const ACCOUNT_MAX: usize = 1000;
+/// How the cursor writes a wall-clock fire time.
+const CURSOR_FORMAT: &str = "%Y-%m-%dT%H:%M:%S";
+
+fn parse_local(s: &str) -> Option<chrono::NaiveDateTime> {
+    chrono::NaiveDateTime::parse_from_str(s, CURSOR_FORMAT).ok()
+}
+
+fn parse_rfc3339(s: &str) -> Option<chrono::DateTime<Utc>> {
+    chrono::DateTime::parse_from_rfc3339(s)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
 }
 
 impl Runner {
@@ -167,26 +201,62 @@ impl Runner {
     ) {
         let token = term.token();
         let poll = self.timing.heartbeat;
+        let mut paused_logged = false;
         while term.still_leader() {
             self.refresh();
             let (job, node) = (&self.job.spec.name, &self.node);
-            let now = Instant::now();
-            let due = match term.bound(self.due(done)).await {
-                None => return,
-                Some(due) => due,
-            };
-            let due = match due {
-                Ok(d) => d,
+            let mut conn = self.conn.clone();
+            let state = match self.in_term(term, runs::state(&mut conn, &self.keys)).await {
+                Ok(s) => s,
+                Err(RunEnd::Lost) => return,
                 Err(e) => {
-                    warn!(job, node, token, "cannot read due periods: {e}");
+                    warn!(job, node, token, "cannot read the job's state: {}", e.why());
+                    self.pause_for(term, ERROR_RETRY).await;
+                    continue;
+                }
+            };
+            if let Some(why) = &state.paused {
+                if !paused_logged {
+                    info!(job, node, token, paused = %why, "job paused: no step starts until it is resumed; periods that fire meanwhile are handled by the catch-up policy on resume");
+                    paused_logged = true;
+                }
+                self.pause_for(term, poll).await;
+                continue;
+            }
+            if paused_logged {
+                info!(job, node, token, "job resumed");
+                paused_logged = false;
+            }
+            let accounted = match self.account(term, &state).await {
+                Ok(p) => p,
+                Err(RunEnd::Lost) => return,
+                Err(e) => {
+                    warn!(
+                        job,
+                        node,
+                        token,
+                        "cannot account for fired periods: {}",
+                        e.why()
+                    );
                     Vec::new()
                 }
             };
+            let now = Instant::now();
+            let mut due: Vec<String> = state
+                .open
+                .iter()
+                .chain(&state.requested)
+                .chain(&accounted)
+                .filter(|id| !done.contains(*id) || state.requested.contains(*id))
+                .cloned()
+                .collect();
+            due.sort();
+            due.dedup();
             let next = due
                 .into_iter()
-                .find(|p| not_before.get(&p.id).is_none_or(|t| *t <= now));
-            let Some(period) = next else {
-                // Nothing due: wait for the next fire time, a request, or the term's end.
+                .find(|id| not_before.get(id).is_none_or(|t| *t <= now));
+            let Some(id) = next else {
+                // Nothing due: wait for the next fire time, a request, a retry, or the term's end.
                 let until_fire = self
                     .job
                     .spec
@@ -194,20 +264,26 @@ impl Runner {
                     .next(Utc::now())
                     .and_then(|p| (p.fire.with_timezone(&Utc) - Utc::now()).to_std().ok())
                     .unwrap_or(poll);
-                tokio::select! {
-                    _ = tokio::time::sleep(until_fire.min(poll)) => {}
-                    _ = term.ended() => {}
-                }
+                let until_retry = not_before
+                    .values()
+                    .map(|t| t.saturating_duration_since(now))
+                    .min()
+                    .unwrap_or(poll);
+                self.pause_for(term, until_fire.min(until_retry).min(poll))
+                    .await;
                 continue;
             };
-            match self.run_period(term, &period).await {
-                end @ (RunEnd::Done | RunEnd::Failed | RunEnd::Broken) => {
+            let requested = state.requested.contains(&id);
+            let Some(period) = self.period_of(&id).await else {
+                continue;
+            };
+            match self.run_period(term, &period, requested).await {
+                end @ (RunEnd::Finished | RunEnd::Broken) => {
                     if done.len() >= DONE_CACHE {
                         done.clear();
                     }
                     done.insert(period.id.clone());
                     not_before.remove(&period.id);
-                    let mut conn = self.conn.clone();
                     let cleared = async {
                         runs::clear_request(&mut conn, &self.keys, &period.id).await?;
                         if !matches!(end, RunEnd::Broken) {
@@ -216,59 +292,165 @@ impl Runner {
                         Ok::<_, redis::RedisError>(())
                     };
                     if let Err(e) = cleared.await {
-                        warn!(job, node, token, period = %period.id, "cannot clear the run's request or open mark: {e}");
+                        warn!(job = %self.job.spec.name, node = %self.node, token, period = %period.id, "cannot clear the run's request or open mark: {e}");
                     }
                 }
-                RunEnd::Waiting => {
-                    not_before.insert(period.id.clone(), Instant::now() + NOT_READY_RETRY);
+                RunEnd::Later(at) => {
+                    not_before.insert(period.id.clone(), at);
                 }
+                RunEnd::Paused => {}
                 RunEnd::Lost => return,
                 RunEnd::Interrupted(why) => {
-                    warn!(job, node, token, period = %period.id, "run interrupted, resuming from its checkpoint: {why}");
+                    warn!(job = %self.job.spec.name, node = %self.node, token, period = %period.id, "run interrupted, resuming from its checkpoint: {why}");
                     not_before.insert(period.id.clone(), Instant::now() + ERROR_RETRY);
                 }
             }
         }
     }
 
-    /// Periods that may need work, in id order: the schedule's current period, periods whose
-    /// run is open (`running`/`waiting`, possibly left by an earlier leader), and requested
-    /// periods, minus those known to be finished (whose requests are cleared). The caller
-    /// bounds it by the term.
-    async fn due(&self, done: &HashSet<String>) -> anyhow::Result<Vec<Period>> {
-        let keys = &self.keys;
+    /// Waits `d` or until the term ends.
+    async fn pause_for(&self, term: &Term, d: Duration) {
+        tokio::select! {
+            _ = tokio::time::sleep(d) => {}
+            _ = term.ended() => {}
+        }
+    }
+
+    /// The period `id` names in the job's schedule. A period that is not one (a bad request,
+    /// or a record left by a version with another schedule) is dropped from the request and
+    /// open sets, with a warning.
+    async fn period_of(&self, id: &str) -> Option<Period> {
         let schedule = &self.job.spec.schedule;
-        let mut due: Vec<Period> = schedule.current(Utc::now()).into_iter().collect();
+        if let Some(p) = schedule.period_by_id(id) {
+            return Some(p);
+        }
+        warn!(job = %self.job.spec.name, node = %self.node, period = %id, "period is not a period of schedule {:?} ({}); dropped", schedule.expr(), schedule.tz());
         let mut conn = self.conn.clone();
-        let (requested, open) = runs::pending(&mut conn, keys).await?;
-        for id in requested.iter().chain(&open) {
-            if done.contains(id) {
-                if requested.contains(id) {
-                    runs::clear_request(&mut conn, keys, id).await?;
-                }
+        let dropped = async {
+            runs::clear_request(&mut conn, &self.keys, id).await?;
+            runs::mark_open(&mut conn, &self.keys, id, false).await
+        };
+        if let Err(e) = dropped.await {
+            warn!(job = %self.job.spec.name, node = %self.node, period = %id, "cannot drop the period: {e}");
+        }
+        None
+    }
+
+    /// Accounts for the periods that fired since the cursor: each gets a record, `pending`
+    /// (to be run), `missed` (catch-up policy) or `skipped` (overlap policy), written through
+    /// the fence together with the new cursor. Returns the periods made pending.
+    async fn account(&self, term: &Term, state: &runs::JobState) -> Result<Vec<String>, RunEnd> {
+        let (job, node, token) = (&self.job.spec.name, &self.node, term.token());
+        let schedule = &self.job.spec.schedule;
+        let policies = self.job.spec.policies;
+        let cursor = match state.cursor.as_deref().map(parse_local) {
+            Some(Some(c)) => Some(c),
+            Some(None) => {
+                warn!(job, node, token, cursor = ?state.cursor, "the scheduler cursor is not a date-time; starting from the current period");
+                None
+            }
+            None => None,
+        };
+        let now = Utc::now();
+        let (fired, truncated) = schedule.since(cursor, now, ACCOUNT_MAX);
+        let Some(newest) = fired.last() else {
+            return Ok(Vec::new());
+        };
+        if truncated {
+            error!(job, node, token, cursor = ?state.cursor, oldest_recorded = %fired[0].id, "more than {ACCOUNT_MAX} periods fired since the cursor; the older ones are missed and not recorded one by one");
+        }
+        // Periods that already have a record (a trigger ran one early) keep it.
+        let mut conn = self.conn.clone();
+        let run_keys: Vec<String> = fired.iter().map(|p| self.keys.run(&p.id)).collect();
+        let existing: Vec<Option<String>> = self
+            .in_term(
+                term,
+                redis::cmd("MGET")
+                    .arg(&run_keys)
+                    .query_async::<Vec<Option<String>>>(&mut conn),
+            )
+            .await?;
+        let now_s = now_rfc3339();
+        let mut busy = !state.open.is_empty();
+        let mut records = Vec::new();
+        let mut pending = Vec::new();
+        for (p, existing) in fired.iter().zip(existing) {
+            if existing.is_some() {
                 continue;
             }
-            match schedule.period_by_id(id) {
-                Some(p) => due.push(p),
-                None => {
-                    warn!(job = %self.job.spec.name, node = %self.node, period = %id, "period is not a period of schedule {:?} ({}); dropped", schedule.expr(), schedule.tz());
-                    runs::clear_request(&mut conn, keys, id).await?;
-                    runs::mark_open(&mut conn, keys, id, false).await?;
+            let late = (now - p.fire.with_timezone(&Utc))
+                .to_std()
+                .unwrap_or_default();
+            let run = match policies.catch_up {
+                CatchUp::Latest => p.id == newest.id,
+                CatchUp::Skip | CatchUp::All => late <= policies.catch_up_window,
+            };
+            let mut rec = RunRecord::new(p, RunStatus::Pending, &now_s);
+            rec.token = token;
+            rec.node = node.clone();
+            rec.component = self.job.hash.clone();
+            if !run {
+                rec.status = RunStatus::Missed;
+                rec.finished_at = Some(now_s.clone());
+                rec.error = Some(format!(
+                    "fired {} ago while no replica ran the job; catch-up policy {:?} with window {} did not run it",
+                    show(Duration::from_secs(late.as_secs())),
+                    policies.catch_up,
+                    show(policies.catch_up_window)
+                ));
+            } else if busy && policies.overlap == Overlap::Skip {
+                rec.status = RunStatus::Skipped;
+                rec.finished_at = Some(now_s.clone());
+                rec.error = Some("fired while an earlier run was open; overlap policy skip".into());
+            } else {
+                busy = true;
+                pending.push(p.id.clone());
+            }
+            match rec.status {
+                RunStatus::Pending => {
+                    info!(job, node, token, period = %p.id, late_ms = late.as_millis() as u64, "period fired")
+                }
+                status => {
+                    warn!(job, node, token, period = %p.id, status = status.as_str(), "period recorded as {}: {}", status.as_str(), rec.error.as_deref().unwrap_or(""))
                 }
             }
+            records.push(rec);
         }
-        due.retain(|p| !done.contains(&p.id));
-        due.sort_by(|a, b| a.id.cmp(&b.id));
-        due.dedup_by(|a, b| a.id == b.id);
-        Ok(due)
+        // The open index first: if this node dies before the records are written, the next
+        // leader finds the ids (and, the cursor not having moved, accounts for them again).
+        for id in &pending {
+            if let Err(e) = runs::mark_open(&mut conn, &self.keys, id, true).await {
+                return Err(RunEnd::Interrupted(e.to_string()));
+            }
+        }
+        let jsons: Vec<Vec<u8>> = records
+            .iter()
+            .map(|r| serde_json::to_vec(r).expect("run records serialize"))
+            .collect();
+        let cursor_value = newest.local.format(CURSOR_FORMAT).to_string();
+        let mut sets: Vec<(String, &[u8])> = records
+            .iter()
+            .zip(&jsons)
+            .map(|(r, j)| (self.keys.run(&r.period), j.as_slice()))
+            .collect();
+        sets.push((self.keys.cursor(), cursor_value.as_bytes()));
+        let who = (job.as_str(), node.as_str());
+        match fence::write_in_term(&mut conn, &self.keys, term, who, &sets, &[]).await {
+            Ok(()) => Ok(pending),
+            Err(TermWriteError::Ended | TermWriteError::Refused(_)) => Err(RunEnd::Lost),
+            Err(TermWriteError::Redis(e)) => Err(RunEnd::Interrupted(e.to_string())),
+        }
     }
 
     /// Runs (or resumes) one period until it is done, fails, waits, or the term ends. A run
     /// that has completed steps continues with the component version it started with; when
     /// this host no longer has that version, the run fails (versions are never mixed).
-    async fn run_period(&self, term: &Term, period: &Period) -> RunEnd {
+    /// `requested`: an operator asked for this period, so a final record other than `done` is
+    /// run again as a new attempt.
+    async fn run_period(&self, term: &Term, period: &Period, requested: bool) -> RunEnd {
         let keys = &self.keys;
         let (job, node, token) = (&self.job.spec.name, &self.node, term.token());
+        let policies = self.job.spec.policies;
         let mut version = &self.job;
         let mut conn = self.conn.clone();
         let existing = match self
@@ -284,25 +466,33 @@ impl Runner {
         };
         let now = now_rfc3339();
         let mut record = match existing {
-            Some(r) if r.status == RunStatus::Done => return RunEnd::Done,
-            Some(r) if r.status == RunStatus::Failed => return RunEnd::Failed,
+            Some(r) if r.status == RunStatus::Done => return RunEnd::Finished,
+            Some(mut r) if r.status.is_final() && requested => {
+                info!(job, node, token, period = %period.id, previous = r.status.as_str(), "re-running the period as an operator asked");
+                r.attempt = if r.status == RunStatus::Failed {
+                    r.attempt + 1
+                } else {
+                    1
+                };
+                r.status = RunStatus::Pending;
+                r.step = 0;
+                r.started_at = now.clone();
+                r.finished_at = None;
+                r.failure = None;
+                r.retry_at = None;
+                r
+            }
+            Some(r) if r.status.is_final() => return RunEnd::Finished,
             Some(r) => r,
-            None => RunRecord {
-                period: period.id.clone(),
-                scheduled_at: period.fire.to_rfc3339(),
-                status: RunStatus::Running,
-                step: 0,
-                attempt: 1,
-                token,
-                node: node.clone(),
-                component: self.job.hash.clone(),
-                started_at: now.clone(),
-                updated_at: now,
-                finished_at: None,
-                error: None,
-                failure: None,
-            },
+            None => RunRecord::new(period, RunStatus::Pending, &now),
         };
+        if record.status == RunStatus::Pending
+            && let Some(at) = record.retry_at.as_deref().and_then(parse_rfc3339)
+            && at > Utc::now()
+        {
+            let wait = (at - Utc::now()).to_std().unwrap_or_default();
+            return RunEnd::Later(Instant::now() + wait);
+        }
         if record.step > 0 && record.component != version.hash {
             match self.known.iter().find(|k| k.hash == record.component) {
                 Some(old) => {
@@ -333,16 +523,20 @@ impl Runner {
         };
         if record.status == RunStatus::Running && record.token != token {
             info!(job, node, token, period = %period.id, step = record.step, previous_token = record.token, previous_node = %record.node, "resuming run from its checkpoint");
-        } else if record.step == 0 && record.status == RunStatus::Running {
+        } else if record.status == RunStatus::Pending && record.attempt > 1 {
+            info!(job, node, token, period = %period.id, step = record.step, attempt = record.attempt, "retrying run from its checkpoint");
+        } else if record.step == 0 && record.status == RunStatus::Pending {
             info!(job, node, token, period = %period.id, "starting run");
+            record.started_at = now.clone();
         }
         record.status = RunStatus::Running;
         record.error = None;
-        if let Err(end) = self.save(term, version, &mut record, None).await {
-            return end;
-        }
+        record.retry_at = None;
         if let Err(e) = runs::mark_open(&mut conn, keys, &period.id, true).await {
             return RunEnd::Interrupted(e.to_string());
+        }
+        if let Err(end) = self.save(term, version, &mut record, None).await {
+            return end;
         }
         let run = RunInfo {
             period: period.id.clone(),
@@ -352,6 +546,27 @@ impl Runner {
         loop {
             if !term.still_leader() {
                 return RunEnd::Lost;
+            }
+            if let Some(max) = policies.max_run_time
+                && let Some(started) = parse_rfc3339(&record.started_at)
+                && (Utc::now() - started).to_std().unwrap_or_default() > max
+            {
+                let why = format!(
+                    "the run has taken longer than its maximum run time of {} (started {})",
+                    show(max),
+                    record.started_at
+                );
+                return self
+                    .fail(term, version, &mut record, FailureKind::RunTimeout, why)
+                    .await;
+            }
+            match self.in_term(term, runs::is_paused(&mut conn, keys)).await {
+                Ok(false) => {}
+                Ok(true) => {
+                    info!(job, node, token, period = %period.id, step = record.step, "job paused before the step; the run resumes here when the job is resumed");
+                    return RunEnd::Paused;
+                }
+                Err(end) => return end,
             }
             let ctx = StepContext {
                 job: job.clone(),
@@ -397,15 +612,15 @@ impl Runner {
                     if let Err(end) = self.save(term, version, &mut record, None).await {
                         return end;
                     }
-                    info!(job, node, token, period = %period.id, steps = record.step, component = %version.hash, "run done");
-                    return RunEnd::Done;
+                    info!(job, node, token, period = %period.id, steps = record.step, attempt = record.attempt, component = %version.hash, "run done");
+                    return RunEnd::Finished;
                 }
                 Err(StepError::NotReady(why)) => {
                     info!(job, node, token, period = %period.id, step = record.step, "inputs not ready, trying again in {}: {why}", show(NOT_READY_RETRY));
                     record.status = RunStatus::Waiting;
                     record.error = Some(clip(why));
                     return match self.save(term, version, &mut record, None).await {
-                        Ok(()) => RunEnd::Waiting,
+                        Ok(()) => RunEnd::Later(Instant::now() + NOT_READY_RETRY),
                         Err(end) => end,
                     };
                 }
@@ -438,7 +653,10 @@ impl Runner {
         }
     }
 
-    /// Records the run as failed (final in this version) with `kind` and `why`.
+    /// A step failed (or the run cannot go on): with attempts left under the retry policy (and
+    /// a failure worth retrying), the run becomes `pending` again and retries from its
+    /// checkpoint after the backoff; otherwise it is `failed`. Either way the attempt is
+    /// recorded.
     async fn fail(
         &self,
         term: &Term,
@@ -448,13 +666,40 @@ impl Runner {
         why: String,
     ) -> RunEnd {
         let why = clip(why);
-        error!(job = %self.job.spec.name, node = %self.node, token = term.token(), period = %record.period, step = record.step, failure = ?kind, "run failed: {why}");
+        let policies = self.job.spec.policies;
+        let retryable = !matches!(kind, FailureKind::VersionChanged | FailureKind::RunTimeout);
+        let (job, node, token) = (&self.job.spec.name, &self.node, term.token());
+        if retryable && record.attempt < policies.retry_attempts {
+            let delay = policies.retry_delay(record.attempt + 1);
+            warn!(job, node, token, period = %record.period, step = record.step, attempt = record.attempt, failure = ?kind, "attempt failed, retrying in {}: {why}", show(delay));
+            record.attempts.push(runs::FailedAttempt {
+                attempt: record.attempt,
+                step: record.step,
+                failure: kind,
+                error: why.clone(),
+                at: now_rfc3339(),
+            });
+            if record.attempts.len() > 20 {
+                record.attempts.remove(0);
+            }
+            record.attempt += 1;
+            record.status = RunStatus::Pending;
+            record.error = Some(why);
+            record.failure = Some(kind);
+            let at = Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
+            record.retry_at = Some(at.to_rfc3339_opts(SecondsFormat::Millis, true));
+            return match self.save(term, version, record, None).await {
+                Ok(()) => RunEnd::Later(Instant::now() + delay),
+                Err(end) => end,
+            };
+        }
+        error!(job, node, token, period = %record.period, step = record.step, attempt = record.attempt, failure = ?kind, "run failed: {why}");
         record.status = RunStatus::Failed;
         record.error = Some(why);
         record.failure = Some(kind);
         record.finished_at = Some(now_rfc3339());
         match self.save(term, version, record, None).await {
-            Ok(()) => RunEnd::Failed,
+            Ok(()) => RunEnd::Finished,
             Err(end) => end,
         }
     }
@@ -478,8 +723,7 @@ impl Runner {
         if let Some(c) = checkpoint {
             sets.push((keys.checkpoint(&record.period), c));
         }
-        let finished = matches!(record.status, RunStatus::Done | RunStatus::Failed);
-        let deletes = if finished {
+        let deletes = if record.status.is_final() {
             vec![keys.checkpoint(&record.period)]
         } else {
             vec![]

@@ -1,9 +1,22 @@
 //! Run records: what happened to each period of a job, kept in Redis.
 //!
 //! One record per `(job, period)` at `lh:{job}:run:<period>` (JSON), written only through the
-//! fence together with the run's checkpoint at `lh:{job}:ckpt:<period>`, in one script. A record
-//! moves `running → done | failed`, or `running → waiting → running` while the job's inputs are
-//! not ready. A `done` record is final: the period is never run again (I5).
+//! fence together with the run's checkpoint at `lh:{job}:ckpt:<period>`, in one script.
+//!
+//! ```text
+//! (period fires) → pending → running → done
+//!                     ↑          ├──→ waiting → running      (inputs not ready)
+//!                     └──────────┤                           (a step failed, attempts left:
+//!                                │                            pending with retry_at)
+//!                                └──→ failed                 (attempts used up, run time over)
+//! (period fires)  → missed | skipped                         (catch-up / overlap policy)
+//! ```
+//!
+//! A `done` record is final: the period is never run again (I5). `failed`, `missed` and
+//! `skipped` are final for the scheduler; an operator's trigger runs the period again as a new
+//! attempt. The job's *cursor* (`lh:{job}:cursor`) is the wall-clock fire time of the newest
+//! period a leader has accounted for (given a record); it is written through the fence with
+//! those records, so no period is accounted twice or skipped without a record.
 
 use redis::AsyncCommands;
 use redis::aio::ConnectionLike;
@@ -15,15 +28,60 @@ use crate::keys::JobKeys;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RunStatus {
+    /// Due (it fired, was triggered, or waits for a retry at `retry_at`), not started.
+    Pending,
     /// Steps are being executed (or were, when the leader died: the next leader resumes).
     Running,
     /// The job said its inputs are not ready; the leader calls the same step again later.
     Waiting,
     /// The run completed. Final.
     Done,
-    /// A step failed (the job reported failure, trapped, or ran out of time). Final in this
-    /// version; `error` says why.
+    /// A step failed (the job reported failure, trapped, or ran out of time) on the last
+    /// attempt, or the run exceeded its maximum run time; `error` and `failure` say why.
     Failed,
+    /// The period fired while no leader ran the job and the catch-up policy did not run it.
+    Missed,
+    /// The period fired while an earlier run was open and the overlap policy is `skip`.
+    Skipped,
+}
+
+impl RunStatus {
+    /// Whether the scheduler is done with the period (an operator may still re-run it, except
+    /// when `done`).
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Done | RunStatus::Failed | RunStatus::Missed | RunStatus::Skipped
+        )
+    }
+
+    /// The status as it is written in records (`running`, `done`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Pending => "pending",
+            RunStatus::Running => "running",
+            RunStatus::Waiting => "waiting",
+            RunStatus::Done => "done",
+            RunStatus::Failed => "failed",
+            RunStatus::Missed => "missed",
+            RunStatus::Skipped => "skipped",
+        }
+    }
+}
+
+/// One failed attempt, kept in the record's `attempts` list.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailedAttempt {
+    /// The attempt number.
+    pub attempt: u32,
+    /// The step that failed.
+    pub step: u32,
+    /// The class of the failure.
+    pub failure: FailureKind,
+    /// Why, in words.
+    pub error: String,
+    /// When (RFC 3339, UTC).
+    pub at: String,
 }
 
 /// Why a run failed: the class of the error, for scripts and metrics (`error` has the words).
@@ -43,6 +101,8 @@ pub enum FailureKind {
     /// The run was started by a component version this host does not have; a run never mixes
     /// versions.
     VersionChanged,
+    /// The run took longer than the job's maximum run time.
+    RunTimeout,
 }
 
 /// The record of one period's run.
@@ -77,6 +137,35 @@ pub struct RunRecord {
     /// The class of the failure, when `failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<FailureKind>,
+    /// When a `pending` retry may start (RFC 3339, UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<String>,
+    /// The failed attempts before this one (the newest 20).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<FailedAttempt>,
+}
+
+impl RunRecord {
+    /// A new record for `period`, `status` now.
+    pub fn new(period: &crate::spec::Period, status: RunStatus, now: &str) -> Self {
+        RunRecord {
+            period: period.id.clone(),
+            scheduled_at: period.fire.to_rfc3339(),
+            status,
+            step: 0,
+            attempt: 1,
+            token: 0,
+            node: String::new(),
+            component: String::new(),
+            started_at: now.to_string(),
+            updated_at: now.to_string(),
+            finished_at: status.is_final().then(|| now.to_string()),
+            error: None,
+            failure: None,
+            retry_at: None,
+            attempts: Vec::new(),
+        }
+    }
 }
 
 /// Reads the record of `period`; `Ok(None)` if it was never written. A record that does not
@@ -117,17 +206,100 @@ pub async fn request<C: ConnectionLike + Send + Sync>(
     Ok(added == 1)
 }
 
-/// In one round trip: periods requested and not yet taken up, and periods whose run is open
-/// (`running` or `waiting`).
-pub async fn pending<C: ConnectionLike + Send + Sync>(
+/// What a leader reads every round, in one round trip.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobState {
+    /// Periods requested by operators and not yet taken up.
+    pub requested: Vec<String>,
+    /// Periods whose run is open (`pending`, `running` or `waiting`).
+    pub open: Vec<String>,
+    /// Why the job is paused (who and when), if it is.
+    pub paused: Option<String>,
+    /// The wall-clock fire time of the newest period accounted for.
+    pub cursor: Option<String>,
+}
+
+/// Reads the job's [`JobState`] in one round trip.
+pub async fn state<C: ConnectionLike + Send + Sync>(
     conn: &mut C,
     keys: &JobKeys,
-) -> redis::RedisResult<(Vec<String>, Vec<String>)> {
-    redis::pipe()
+) -> redis::RedisResult<JobState> {
+    let (requested, open, paused, cursor) = redis::pipe()
         .smembers(keys.requests())
         .smembers(keys.open_runs())
+        .get(keys.paused())
+        .get(keys.cursor())
         .query_async(conn)
-        .await
+        .await?;
+    Ok(JobState {
+        requested,
+        open,
+        paused,
+        cursor,
+    })
+}
+
+/// Pauses the job (`reason` says who and when) or resumes it (`None`). Operator actions, like
+/// requests, are not fenced: they are inputs to the leader, not results.
+pub async fn set_paused<C: ConnectionLike + Send + Sync>(
+    conn: &mut C,
+    keys: &JobKeys,
+    reason: Option<&str>,
+) -> redis::RedisResult<()> {
+    match reason {
+        Some(r) => conn.set(keys.paused(), r).await,
+        None => conn.del(keys.paused()).await,
+    }
+}
+
+/// Whether the job is paused (one `EXISTS`).
+pub async fn is_paused<C: ConnectionLike + Send + Sync>(
+    conn: &mut C,
+    keys: &JobKeys,
+) -> redis::RedisResult<bool> {
+    conn.exists(keys.paused()).await
+}
+
+/// Every run record of the job, newest period first (one `SCAN` of the job's run keys).
+pub async fn history<C: ConnectionLike + Send + Sync>(
+    conn: &mut C,
+    keys: &JobKeys,
+    limit: usize,
+) -> anyhow::Result<Vec<RunRecord>> {
+    let mut names: Vec<String> = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(keys.run_pattern())
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await?;
+        names.extend(batch);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    names.sort();
+    names.dedup();
+    names.reverse();
+    names.truncate(limit);
+    let mut out = Vec::with_capacity(names.len());
+    for chunk in names.chunks(500) {
+        let raws: Vec<Option<String>> = redis::cmd("MGET").arg(chunk).query_async(conn).await?;
+        for (name, raw) in chunk.iter().zip(raws) {
+            if let Some(raw) = raw {
+                out.push(
+                    serde_json::from_str(&raw)
+                        .map_err(|e| anyhow::anyhow!("run record {name} is not valid: {e}"))?,
+                );
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Notes that `period`'s run is open (`open == true`) or finished. The index only tells a

@@ -32,7 +32,7 @@ use crate::cache::{CodeCache, Compiled};
 use crate::fence::{self, Refusal, TermWriteError};
 use crate::keys::JobKeys;
 use crate::sandbox::{GuestOutput, JobLimiter};
-use crate::spec::{HostLimits, JobSpec, Limits};
+use crate::spec::{CatchUp, HostLimits, JobSpec, Limits, Overlap, RawSpec, Sidecar};
 use crate::term::Term;
 
 /// Generated bindings for the `job` world.
@@ -78,6 +78,8 @@ pub struct LoadedJob {
     pub path: PathBuf,
     /// Whether its code came from the compiled-code cache.
     pub compiled: Compiled,
+    /// `sha256:` of the sidecar file applied to the spec, if there was one.
+    pub sidecar: Option<String>,
     pre: bindings::JobPre<HostState>,
 }
 
@@ -159,6 +161,11 @@ impl WasiView for HostState {
     }
 }
 
+/// The sidecar file of a component: the same path with the extension `.toml`.
+pub fn sidecar_of(component: &Path) -> PathBuf {
+    component.with_extension("toml")
+}
+
 /// Checks a guest key (see `wit/job.wit`, interface `store`).
 pub fn validate_key(key: &str) -> Result<(), String> {
     if key.is_empty() {
@@ -219,6 +226,22 @@ impl HostState {
     }
 }
 
+impl HostState {
+    /// A fenced write's outcome as the guest sees it; a refusal is kept to explain the step's end.
+    fn write_result<T>(&mut self, res: Result<T, TermWriteError>) -> Result<T, store::WriteError> {
+        match res {
+            Ok(v) => Ok(v),
+            Err(TermWriteError::Refused(refusal)) => {
+                let text = refusal.to_string();
+                self.refusal = Some(refusal);
+                Err(store::WriteError::Fenced(text))
+            }
+            Err(TermWriteError::Redis(e)) => Err(store::WriteError::Unavailable(e.to_string())),
+            Err(TermWriteError::Ended) => Err(store::WriteError::NotLeader),
+        }
+    }
+}
+
 impl types::Host for HostState {}
 
 impl leadership::Host for HostState {}
@@ -254,16 +277,29 @@ impl store::Host for HostState {
         }
         let writes = [(ctx.keys.data(&key), value.as_slice())];
         let who = (ctx.job.as_str(), ctx.node.as_str());
-        match fence::write_in_term(&mut ctx.conn, &ctx.keys, &ctx.term, who, &writes, &[]).await {
-            Ok(()) => Ok(Ok(())),
-            Err(TermWriteError::Refused(refusal)) => {
-                let text = refusal.to_string();
-                self.refusal = Some(refusal);
-                Ok(Err(store::WriteError::Fenced(text)))
-            }
-            Err(TermWriteError::Redis(e)) => Ok(Err(store::WriteError::Unavailable(e.to_string()))),
-            Err(TermWriteError::Ended) => Ok(Err(store::WriteError::NotLeader)),
+        let res =
+            fence::write_in_term(&mut ctx.conn, &ctx.keys, &ctx.term, who, &writes, &[]).await;
+        Ok(self.write_result(res))
+    }
+
+    async fn create(
+        &mut self,
+        key: String,
+        value: Vec<u8>,
+    ) -> wasmtime::Result<Result<bool, store::WriteError>> {
+        let max_write = self.max_write;
+        let ctx = self.step()?;
+        if let Err(reason) = validate_key(&key) {
+            return Ok(Err(store::WriteError::InvalidKey(reason)));
         }
+        if value.len() as u64 > max_write {
+            return Ok(Err(store::WriteError::TooLarge(max_write)));
+        }
+        let who = (ctx.job.as_str(), ctx.node.as_str());
+        let key = ctx.keys.data(&key);
+        let res =
+            fence::create_in_term(&mut ctx.conn, &ctx.keys, &ctx.term, who, key, &value).await;
+        Ok(self.write_result(res))
     }
 
     async fn read(
@@ -381,12 +417,42 @@ impl Runtime {
                 crate::config::show_size(max)
             )));
         }
-        self.load_bytes(path, bytes).await
+        let sidecar_path = sidecar_of(path);
+        let sidecar =
+            match tokio::fs::read(&sidecar_path).await {
+                Ok(b) if b.len() > 64 * 1024 => {
+                    return Err(fail(format!(
+                        "sidecar {} is larger than 64 KiB",
+                        sidecar_path.display()
+                    )));
+                }
+                Ok(b) => Some(String::from_utf8(b).map_err(|_| {
+                    fail(format!("sidecar {} is not UTF-8", sidecar_path.display()))
+                })?),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => {
+                    return Err(fail(format!(
+                        "cannot read sidecar {}: {e}",
+                        sidecar_path.display()
+                    )));
+                }
+            };
+        self.load_parts(path, bytes, sidecar.as_deref()).await
     }
 
-    /// [`Runtime::load`] for bytes already read; `path` only names them in errors. This is the
-    /// whole load path after reading (the fuzz target in `host/fuzz` drives it).
+    /// [`Runtime::load`] for bytes already read, without a sidecar; `path` only names them in
+    /// errors. This is the whole load path after reading (the fuzz target in `host/fuzz`
+    /// drives it).
     pub async fn load_bytes(&self, path: &Path, bytes: Vec<u8>) -> Result<LoadedJob, LoadError> {
+        self.load_parts(path, bytes, None).await
+    }
+
+    async fn load_parts(
+        &self,
+        path: &Path,
+        bytes: Vec<u8>,
+        sidecar: Option<&str>,
+    ) -> Result<LoadedJob, LoadError> {
         let fail = |reason: String| LoadError {
             path: path.to_path_buf(),
             reason,
@@ -437,25 +503,49 @@ impl Runtime {
                 "does not implement the leasehold:job/job world: {e}"
             ))
         })?;
-        let spec = self
+        let described = self
             .describe(&pre)
             .await
             .map_err(|e| fail(format!("describe() failed: {e}")))?;
-        let spec = JobSpec::new(
-            &spec.name,
-            &spec.schedule,
-            &spec.time_zone,
-            Limits {
-                memory: spec.limits.max_memory_bytes,
-                step_time: Duration::from_millis(spec.limits.max_step_millis),
-                write_bytes: spec.limits.max_write_bytes,
+        let p = &described.policies;
+        let mut raw = RawSpec {
+            name: described.name,
+            schedule: described.schedule,
+            time_zone: described.time_zone,
+            limits: Limits {
+                memory: described.limits.max_memory_bytes,
+                step_time: Duration::from_millis(described.limits.max_step_millis),
+                write_bytes: described.limits.max_write_bytes,
             },
-            &self.host_limits,
-        )
-        .map_err(|e| fail(e.to_string()))?;
+            catch_up: match p.catch_up {
+                types::CatchUp::Latest => CatchUp::Latest,
+                types::CatchUp::Skip => CatchUp::Skip,
+                types::CatchUp::All => CatchUp::All,
+            },
+            catch_up_window: Duration::from_millis(p.catch_up_window_millis),
+            retry_attempts: p.retry_attempts,
+            retry_backoff: Duration::from_millis(p.retry_backoff_millis),
+            retry_max_backoff: Duration::from_millis(p.retry_max_backoff_millis),
+            overlap: match p.overlap {
+                types::Overlap::Queue => Overlap::Queue,
+                types::Overlap::Skip => Overlap::Skip,
+            },
+            max_run_time: Duration::from_millis(p.max_run_millis),
+        };
+        let sidecar_hash = match sidecar {
+            Some(text) => {
+                Sidecar::parse(text)
+                    .and_then(|s| s.apply(&mut raw))
+                    .map_err(|e| fail(e.to_string()))?;
+                Some(format!("sha256:{}", hex::encode(Sha256::digest(text))))
+            }
+            None => None,
+        };
+        let spec = JobSpec::new(&raw, &self.host_limits).map_err(|e| fail(e.to_string()))?;
         Ok(LoadedJob {
             spec,
             hash,
+            sidecar: sidecar_hash,
             path: path.to_path_buf(),
             compiled,
             pre,

@@ -3,7 +3,7 @@
 
 wit_bindgen::generate!({ world: "job", path: "../../wit" });
 
-use leasehold::job::types::Limits;
+use leasehold::job::types::{CatchUp, Limits, Overlap, Policies};
 
 struct NetJob;
 
@@ -17,6 +17,15 @@ impl Guest for NetJob {
                 max_memory_bytes: 0,
                 max_step_millis: 0,
                 max_write_bytes: 0,
+            },
+            policies: Policies {
+                catch_up: CatchUp::Latest,
+                catch_up_window_millis: 0,
+                retry_attempts: 0,
+                retry_backoff_millis: 0,
+                retry_max_backoff_millis: 0,
+                overlap: Overlap::Queue,
+                max_run_millis: 0,
             },
         }
     }

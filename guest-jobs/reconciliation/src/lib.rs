@@ -24,7 +24,7 @@ wit_bindgen::generate!({ world: "job", path: "../../wit" });
 
 use leasehold::job::log::{Level, write as log};
 use leasehold::job::store;
-use leasehold::job::types::Limits;
+use leasehold::job::types::{CatchUp, Limits, Overlap, Policies};
 
 /// Exceptions listed per category in the text report.
 const LISTED: usize = 50;
@@ -190,6 +190,15 @@ impl Guest for Reconciliation {
                 max_memory_bytes: 512 << 20,
                 max_step_millis: 120_000,
                 max_write_bytes: 16 << 20,
+            },
+            policies: Policies {
+                catch_up: CatchUp::Latest,
+                catch_up_window_millis: 0,
+                retry_attempts: 0,
+                retry_backoff_millis: 0,
+                retry_max_backoff_millis: 0,
+                overlap: Overlap::Queue,
+                max_run_millis: 0,
             },
         }
     }

@@ -4,7 +4,7 @@
 
 wit_bindgen::generate!({ world: "job", path: "../../wit" });
 
-use leasehold::job::types::Limits;
+use leasehold::job::types::{CatchUp, Limits, Overlap, Policies};
 
 struct Stepper;
 
@@ -18,6 +18,15 @@ impl Guest for Stepper {
                 max_memory_bytes: 0,
                 max_step_millis: 120_000,
                 max_write_bytes: 0,
+            },
+            policies: Policies {
+                catch_up: CatchUp::Latest,
+                catch_up_window_millis: 0,
+                retry_attempts: 0,
+                retry_backoff_millis: 0,
+                retry_max_backoff_millis: 0,
+                overlap: Overlap::Queue,
+                max_run_millis: 0,
             },
         }
     }

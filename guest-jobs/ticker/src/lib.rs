@@ -5,7 +5,7 @@
 wit_bindgen::generate!({ world: "job", path: "../../wit" });
 
 use leasehold::job::store;
-use leasehold::job::types::Limits;
+use leasehold::job::types::{CatchUp, Limits, Overlap, Policies};
 
 struct Ticker;
 
@@ -19,6 +19,15 @@ impl Guest for Ticker {
                 max_memory_bytes: 0,
                 max_step_millis: 0,
                 max_write_bytes: 0,
+            },
+            policies: Policies {
+                catch_up: CatchUp::All,
+                catch_up_window_millis: 60000,
+                retry_attempts: 0,
+                retry_backoff_millis: 0,
+                retry_max_backoff_millis: 0,
+                overlap: Overlap::Queue,
+                max_run_millis: 0,
             },
         }
     }
