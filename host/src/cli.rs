@@ -1,4 +1,5 @@
-//! The command line (DESIGN §5): `leasehold run`, `leasehold check`, `leasehold trigger`.
+//! The command line (DESIGN §5): `leasehold run`, `check`, `trigger`, `runs`, `pause`,
+//! `resume`, `demo`.
 //!
 //! Exit codes: 0 success; 1 the command failed (bad configuration, unreachable Redis, a
 //! component that is refused by `check`); 2 the command line itself is wrong (clap's usage
@@ -51,8 +52,15 @@ pub enum Command {
         #[command(flatten)]
         limits: LimitArgs,
     },
-    /// Ask for a run of a period now (a period that is already done is not run again).
+    /// Ask for a run of a period now (a period that is already done is not run again; a
+    /// failed, missed or skipped one gets a new attempt).
     Trigger(TriggerArgs),
+    /// List a job's runs, newest period first.
+    Runs(RunsArgs),
+    /// Pause a job: its leader starts no step until it is resumed.
+    Pause(JobArgs),
+    /// Resume a paused job; periods that fired meanwhile follow its catch-up policy.
+    Resume(JobArgs),
     /// Run the reference scenario locally and narrate it: three replicas, the leader frozen
     /// mid-run, a successor with a higher token, the zombie fenced, one report for the day.
     Demo(DemoArgs),
@@ -178,9 +186,40 @@ pub struct RunArgs {
     /// directory [default: $XDG_CACHE_HOME/leasehold or ~/.cache/leasehold].
     #[arg(long, env = "LEASEHOLD_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
+    /// Address of the HTTP API (e.g. 127.0.0.1:8080) [default: none].
+    #[arg(long, env = "LEASEHOLD_HTTP")]
+    pub http: Option<std::net::SocketAddr>,
     /// Host limits.
     #[command(flatten)]
     pub limits: LimitArgs,
+}
+
+/// A job and the Redis it lives in.
+#[derive(Args, Debug, Clone)]
+pub struct JobArgs {
+    /// The job's name.
+    pub job: String,
+    /// Redis URL.
+    #[arg(
+        long,
+        env = "LEASEHOLD_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    pub redis_url: String,
+}
+
+/// Flags of `leasehold runs`.
+#[derive(Args, Debug, Clone)]
+pub struct RunsArgs {
+    /// The job and Redis.
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// Most runs listed.
+    #[arg(long, default_value_t = 50)]
+    pub limit: usize,
+    /// One JSON record per line instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Flags of `leasehold trigger`.
@@ -235,6 +274,7 @@ impl RunArgs {
             node_id,
             timing,
             limits,
+            http: self.http,
         })
     }
 }
@@ -277,6 +317,9 @@ pub async fn main(cli: Cli) -> ExitCode {
         Command::Run(args) => run(args).await,
         Command::Check { file, limits } => check(file, limits).await,
         Command::Trigger(args) => trigger(args).await,
+        Command::Runs(args) => list_runs(args).await,
+        Command::Pause(args) => set_paused(args, true).await,
+        Command::Resume(args) => set_paused(args, false).await,
         Command::Demo(args) => {
             crate::demo::run(crate::demo::DemoOptions {
                 job: args.job,
@@ -324,6 +367,12 @@ async fn check(file: PathBuf, limits: LimitArgs) -> anyhow::Result<()> {
     println!("{} is a valid leasehold job", file.display());
     println!("{}", job.spec);
     println!("component:  {}", job.hash);
+    if let Some(hash) = &job.sidecar {
+        println!(
+            "sidecar:    {} ({hash})",
+            crate::runtime::sidecar_of(&file).display()
+        );
+    }
     let now = chrono::Utc::now();
     if let Some(p) = job.spec.schedule.current(now) {
         println!(
@@ -338,49 +387,90 @@ async fn check(file: PathBuf, limits: LimitArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+async fn connect_cli(url: &str) -> anyhow::Result<redis::aio::ConnectionManager> {
+    redis_conn::connect(url, Duration::from_secs(2), Some(Duration::from_secs(5))).await
+}
+
 async fn trigger(args: TriggerArgs) -> anyhow::Result<()> {
     validate_job_name(&args.job)?;
     let Some(period) = args.period else {
-        anyhow::bail!("--period is required in this version (e.g. --period 2026-11-27)");
+        anyhow::bail!(
+            "--period is required (e.g. --period 2026-11-27); POST /v1/jobs/{}/runs without a period asks for the current one",
+            args.job
+        );
     };
-    if period.is_empty()
-        || period.len() > 64
-        || !period
-            .bytes()
-            .all(|b| b.is_ascii_digit() || b == b'-' || b == b'T' || b == b':')
-    {
-        anyhow::bail!("period {period:?} is not a period id (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS)");
-    }
-    let mut conn = redis_conn::connect(
-        &args.redis_url,
-        Duration::from_secs(2),
-        Some(Duration::from_secs(2)),
+    runs::validate_period_shape(&period)?;
+    let mut conn = connect_cli(&args.redis_url).await?;
+    let keys = JobKeys::new(&args.job);
+    let done = runs::trigger(&mut conn, &keys, &period).await?;
+    println!("{}", done.describe(&args.job, &period));
+    Ok(())
+}
+
+async fn set_paused(args: JobArgs, paused: bool) -> anyhow::Result<()> {
+    validate_job_name(&args.job)?;
+    let mut conn = connect_cli(&args.redis_url).await?;
+    let reason = format!(
+        "paused with the CLI on {} at {}",
+        hostname(),
+        chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    );
+    runs::set_paused(
+        &mut conn,
+        &JobKeys::new(&args.job),
+        paused.then_some(reason.as_str()),
     )
     .await?;
-    let keys = JobKeys::new(&args.job);
-    match runs::read(&mut conn, &keys, &period).await? {
-        Some(r) if r.status == runs::RunStatus::Done => {
-            println!(
-                "{} period {period} is already done (token {}, node {}); not run again",
-                args.job, r.token, r.node
-            );
-            return Ok(());
-        }
-        Some(r) if r.status == runs::RunStatus::Failed => anyhow::bail!(
-            "{} period {period} failed ({}); failed runs are final in this version. To run it again, delete its record: DEL {}",
-            args.job,
-            r.error.unwrap_or_default(),
-            keys.run(&period)
-        ),
-        _ => {}
-    }
-    let added = runs::request(&mut conn, &keys, &period).await?;
-    if added {
-        println!("requested a run of {} for period {period}", args.job);
-    } else {
+    if paused {
         println!(
-            "a run of {} for period {period} was already requested",
-            args.job
+            "{} paused: its leader starts no step until `leasehold resume {}`",
+            args.job, args.job
+        );
+    } else {
+        println!("{} resumed", args.job);
+    }
+    Ok(())
+}
+
+async fn list_runs(args: RunsArgs) -> anyhow::Result<()> {
+    let job = &args.job.job;
+    validate_job_name(job)?;
+    let mut conn = connect_cli(&args.job.redis_url).await?;
+    let records = runs::history(&mut conn, &JobKeys::new(job), args.limit.max(1)).await?;
+    if args.json {
+        for r in &records {
+            println!("{}", serde_json::to_string(r)?);
+        }
+        return Ok(());
+    }
+    if records.is_empty() {
+        println!("{job} has no runs");
+        return Ok(());
+    }
+    println!(
+        "{:<20} {:<8} {:>4} {:>7} {:<12} {:<24} {:<24} ERROR",
+        "PERIOD", "STATUS", "STEP", "ATTEMPT", "NODE", "STARTED", "FINISHED"
+    );
+    for r in records {
+        let error = match (&r.failure, &r.error) {
+            (Some(kind), Some(e)) => format!("{kind:?}: {e}"),
+            (None, Some(e)) => e.clone(),
+            _ => String::new(),
+        };
+        let mut error: String = error.chars().take(80).collect();
+        if let Some(at) = &r.retry_at {
+            error = format!("retry at {at}; {error}");
+        }
+        println!(
+            "{:<20} {:<8} {:>4} {:>7} {:<12} {:<24} {:<24} {}",
+            r.period,
+            r.status.as_str(),
+            r.step,
+            r.attempt,
+            r.node,
+            r.started_at,
+            r.finished_at.as_deref().unwrap_or("-"),
+            error
         );
     }
     Ok(())

@@ -42,6 +42,8 @@ pub struct NodeConfig {
     pub timing: Timing,
     /// Host limits for jobs.
     pub limits: HostLimits,
+    /// Where the HTTP API listens, if anywhere.
+    pub http: Option<std::net::SocketAddr>,
 }
 
 /// What a replica shares between its jobs.
@@ -53,6 +55,8 @@ struct Host {
     lease_conn: ConnectionManager,
     notices: ReleaseNotices,
     jobs: BTreeMap<String, JobHandle>,
+    /// The served jobs, for the HTTP API.
+    catalog: watch::Sender<BTreeMap<String, Arc<LoadedJob>>>,
 }
 
 /// One served job: its elector (lease runtime) and its runner (main runtime).
@@ -106,6 +110,7 @@ impl Host {
                 None => self.start(job),
             }
         }
+        self.catalog.send_replace(self.serving());
     }
 
     /// Starts campaigning for `job` and running it when leading.
@@ -211,6 +216,15 @@ pub async fn run(
         Some(cfg.timing.lease_ttl),
     )
     .await?;
+    // Bound before anything else starts, so a taken address is a start-up error.
+    let http = match cfg.http {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on http address {addr}"))?,
+        ),
+        None => None,
+    };
     let mut dir = JobsDir::new(&cfg.jobs_dir);
     // An unreadable jobs directory at start-up is a configuration error; later, the host keeps
     // serving what it has.
@@ -235,6 +249,25 @@ pub async fn run(
     ));
     let (_watcher, mut changes) = jobs_dir::watch(&cfg.jobs_dir);
     let watching = _watcher.is_some();
+    let (catalog, catalog_rx) = watch::channel(BTreeMap::new());
+    let (stop_http, mut http_stop) = watch::channel(false);
+    let http = http.map(|listener| {
+        let addr = listener.local_addr().ok();
+        info!(node = %node, addr = ?addr, "HTTP API listening");
+        let api = crate::http::Api {
+            node: node.clone(),
+            conn: conn.clone(),
+            jobs: catalog_rx,
+        };
+        tokio::spawn(async move {
+            let stop = async move {
+                let _ = http_stop.wait_for(|s| *s).await;
+            };
+            if let Err(e) = crate::http::serve(listener, api, stop).await {
+                warn!("HTTP API stopped: {e}");
+            }
+        })
+    });
     let mut host = Host {
         cfg,
         runtime,
@@ -243,6 +276,7 @@ pub async fn run(
         lease_conn,
         notices,
         jobs: BTreeMap::new(),
+        catalog,
     };
     let mut settling = first.settling;
     host.apply(first).await;
@@ -283,11 +317,15 @@ pub async fn run(
     }
 
     info!(node = %node, "shutting down: stopping running steps");
+    stop_http.send_replace(true);
     let handles: Vec<JobHandle> = std::mem::take(&mut host.jobs).into_values().collect();
     host.stop(handles).await;
     info!(node = %node, "steps stopped and leases released");
     stop_listener.send_replace(true);
     let _ = listener.await;
+    if let Some(h) = http {
+        let _ = h.await;
+    }
     drop(host);
     info!(node = %node, "stopped");
     Ok(())

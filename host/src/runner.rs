@@ -257,13 +257,7 @@ impl Runner {
                 .find(|id| not_before.get(id).is_none_or(|t| *t <= now));
             let Some(id) = next else {
                 // Nothing due: wait for the next fire time, a request, a retry, or the term's end.
-                let until_fire = self
-                    .job
-                    .spec
-                    .schedule
-                    .next(Utc::now())
-                    .and_then(|p| (p.fire.with_timezone(&Utc) - Utc::now()).to_std().ok())
-                    .unwrap_or(poll);
+                let until_fire = self.until_next_fire(poll);
                 let until_retry = not_before
                     .values()
                     .map(|t| t.saturating_duration_since(now))
@@ -277,7 +271,23 @@ impl Runner {
             let Some(period) = self.period_of(&id).await else {
                 continue;
             };
-            match self.run_period(term, &period, requested).await {
+            // Periods keep being accounted for at their fire times while the run goes on, so
+            // the overlap and catch-up policies see them on time.
+            let end = {
+                let run = self.run_period(term, &period, requested);
+                tokio::pin!(run);
+                loop {
+                    tokio::select! {
+                        end = &mut run => break end,
+                        _ = tokio::time::sleep(self.until_next_fire(poll)) => {
+                            if let Err(e) = self.account_now(term).await {
+                                warn!(job = %self.job.spec.name, node = %self.node, token, "cannot account for fired periods during a run: {}", e.why());
+                            }
+                        }
+                    }
+                }
+            };
+            match end {
                 end @ (RunEnd::Finished | RunEnd::Broken) => {
                     if done.len() >= DONE_CACHE {
                         done.clear();
@@ -306,6 +316,30 @@ impl Runner {
                 }
             }
         }
+    }
+
+    /// How long until the schedule fires next (at most `cap`).
+    fn until_next_fire(&self, cap: Duration) -> Duration {
+        self.job
+            .spec
+            .schedule
+            .next(Utc::now())
+            .and_then(|p| (p.fire.with_timezone(&Utc) - Utc::now()).to_std().ok())
+            .map(|d| d + Duration::from_millis(5))
+            .unwrap_or(cap)
+            .min(cap)
+    }
+
+    /// Reads the job's state and accounts for fired periods, unless the job is paused.
+    async fn account_now(&self, term: &Term) -> Result<Vec<String>, RunEnd> {
+        let mut conn = self.conn.clone();
+        let state = self
+            .in_term(term, runs::state(&mut conn, &self.keys))
+            .await?;
+        if state.paused.is_some() {
+            return Ok(Vec::new());
+        }
+        self.account(term, &state).await
     }
 
     /// Waits `d` or until the term ends.

@@ -195,8 +195,96 @@ pub async fn read_checkpoint<C: ConnectionLike>(
         .await
 }
 
-/// Asks for a run of `period` (what `leasehold trigger` does). Returns false if it was already
-/// requested and not yet taken up.
+/// What a trigger did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Triggered {
+    /// A run of the period was requested.
+    Requested,
+    /// A run was already requested and not yet taken up.
+    AlreadyRequested,
+    /// The period is done; it is never run again.
+    AlreadyDone(Box<RunRecord>),
+    /// The period's run is open (pending, running, waiting); it goes on, nothing to add.
+    AlreadyOpen(Box<RunRecord>),
+    /// The period had failed, been missed or skipped: a new attempt was requested.
+    Rerun(Box<RunRecord>),
+}
+
+impl Triggered {
+    /// One line for people.
+    pub fn describe(&self, job: &str, period: &str) -> String {
+        match self {
+            Triggered::Requested => format!("requested a run of {job} for period {period}"),
+            Triggered::AlreadyRequested => {
+                format!("a run of {job} for period {period} was already requested")
+            }
+            Triggered::AlreadyDone(r) => format!(
+                "{job} period {period} is already done (token {}, node {}); not run again",
+                r.token, r.node
+            ),
+            Triggered::AlreadyOpen(r) => format!(
+                "{job} period {period} is already {} (step {}, attempt {}); nothing to add",
+                r.status.as_str(),
+                r.step,
+                r.attempt
+            ),
+            Triggered::Rerun(r) => format!(
+                "requested a new run of {job} for period {period}, which was {}{}",
+                r.status.as_str(),
+                r.error
+                    .as_ref()
+                    .map(|e| format!(" ({e})"))
+                    .unwrap_or_default()
+            ),
+        }
+    }
+
+    /// A short status word for the HTTP API.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Triggered::Requested => "requested",
+            Triggered::AlreadyRequested => "already-requested",
+            Triggered::AlreadyDone(_) => "already-done",
+            Triggered::AlreadyOpen(_) => "already-open",
+            Triggered::Rerun(_) => "rerun-requested",
+        }
+    }
+}
+
+/// Asks for a run of `period` now (CLI and HTTP), deduplicated with the schedule: a done
+/// period is never run again, an open run is left alone, and a failed, missed or skipped
+/// period gets a new attempt. The caller validates the period against the schedule when it
+/// knows it.
+pub async fn trigger<C: ConnectionLike + Send + Sync>(
+    conn: &mut C,
+    keys: &JobKeys,
+    period: &str,
+) -> anyhow::Result<Triggered> {
+    let existing = read(conn, keys, period).await?;
+    Ok(match existing {
+        Some(r) if r.status == RunStatus::Done => Triggered::AlreadyDone(Box::new(r)),
+        Some(r) if !r.status.is_final() => Triggered::AlreadyOpen(Box::new(r)),
+        Some(r) => {
+            request(conn, keys, period).await?;
+            Triggered::Rerun(Box::new(r))
+        }
+        None if request(conn, keys, period).await? => Triggered::Requested,
+        None => Triggered::AlreadyRequested,
+    })
+}
+
+/// Checks the shape of a period id (`YYYY-MM-DD` or `YYYY-MM-DDTHH:MM:SS`).
+pub fn validate_period_shape(period: &str) -> anyhow::Result<()> {
+    let ok = chrono::NaiveDate::parse_from_str(period, "%Y-%m-%d").is_ok()
+        || chrono::NaiveDateTime::parse_from_str(period, "%Y-%m-%dT%H:%M:%S").is_ok();
+    anyhow::ensure!(
+        ok,
+        "period {period:?} is not a period id (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS)"
+    );
+    Ok(())
+}
+
+/// Asks for a run of `period`. Returns false if it was already requested and not yet taken up.
 pub async fn request<C: ConnectionLike + Send + Sync>(
     conn: &mut C,
     keys: &JobKeys,

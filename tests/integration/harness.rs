@@ -444,3 +444,57 @@ pub async fn run_record(redis: &RedisServer, job: &str, period: &str) -> Option<
     .unwrap();
     raw.map(|r| serde_json::from_str(&r).unwrap())
 }
+
+/// Every run record of `job`, sorted by period.
+pub async fn run_records(redis: &RedisServer, job: &str) -> Vec<serde_json::Value> {
+    let mut c = redis.conn().await;
+    let mut keys: Vec<String> = redis::AsyncCommands::keys(&mut c, format!("lh:{{{job}}}:run:*"))
+        .await
+        .unwrap();
+    keys.sort();
+    let mut out = Vec::new();
+    for k in keys {
+        let raw: String = redis::AsyncCommands::get(&mut c, &k).await.unwrap();
+        out.push(serde_json::from_str(&raw).unwrap());
+    }
+    out
+}
+
+/// One HTTP/1.1 request to `addr` (`host:port`), with an optional JSON body; returns the
+/// status and the JSON body of the answer. 10 s deadline.
+pub async fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> (u16, serde_json::Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+        if let Some(b) = body {
+            req.push_str(&format!(
+                "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}",
+                b.len()
+            ));
+        } else {
+            req.push_str("Content-Length: 0\r\n\r\n");
+        }
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).await.unwrap();
+        raw
+    };
+    let raw = tokio::time::timeout(Duration::from_secs(10), exchange)
+        .await
+        .expect("HTTP request timed out");
+    let text = String::from_utf8(raw).unwrap();
+    let status: u16 = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {text:?}"));
+    let body = text.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+    let json = serde_json::from_str(body).unwrap_or(serde_json::Value::String(body.to_string()));
+    (status, json)
+}

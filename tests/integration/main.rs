@@ -32,6 +32,9 @@ mod containment;
 // Hostile guests in a real host: each fails only its own run; a neighbour job keeps its lease.
 mod hostile;
 
+// Schedules and runs: catch-up policies, DST, retries, overlap, max run time, pause, triggers.
+mod schedule;
+
 // The live jobs directory: add, replace (runs keep their version), refuse, remove, partial writes.
 mod jobs_dir;
 
@@ -46,3 +49,6 @@ mod end_to_end;
 
 // Three replicas: crash (SIGKILL), zombie (SIGSTOP/SIGCONT) and graceful (SIGTERM) mid-run.
 mod failover;
+
+// The billing guest through crash and zombie failovers: one charge per customer per period.
+mod billing;

@@ -6,6 +6,7 @@
 //! refused at load, see the `netjob` fixture.) A misbehaviour may be chosen instead, by the
 //! file `/data/mode` (when the job runs in a host) or else by `run.period` (in-process tests):
 //! - `unreachable`: execute wasm's `unreachable`;
+//! - `flaky`: fail on the first attempt, succeed on the next;
 //! - `panic`: panic with a message;
 //! - `spin`: compute forever without ever asking `still-leader`;
 //! - `oom`: allocate without bound;
@@ -53,9 +54,16 @@ impl Guest for Probe {
     ) -> Result<StepOutcome, JobError> {
         let mode = std::fs::read_to_string("/data/mode")
             .map(|m| m.trim().to_string())
-            .unwrap_or(run.period);
+            .unwrap_or_else(|_| run.period.clone());
         match mode.as_str() {
             "unreachable" => core::arch::wasm32::unreachable(),
+            "flaky" if run.attempt < 2 => {
+                return Err(JobError::Failed(format!(
+                    "flaky on attempt {}",
+                    run.attempt
+                )));
+            }
+            "flaky" => return Ok(StepOutcome::Done),
             "big-write" => {
                 return match store::write("big", &vec![7u8; 64 * 1024]) {
                     Ok(()) => Ok(StepOutcome::Done),

@@ -1,0 +1,170 @@
+//! Daily billing: charge every customer exactly once per period.
+//!
+//! Inputs (read-only, `<data-dir>/billing/`): `customers.csv` with a header and one
+//! `customer,amount_cents` line per customer; optionally `delay-ms`, a pause per customer that
+//! stands in for a slow payment provider (tests use it to interrupt a step mid-way).
+//!
+//! Each step charges the next [`CHUNK`] customers. A charge is recorded with `store.create`
+//! under the idempotency key `charge/<period>/<customer>`: when a step is re-executed (after a
+//! failover or a retry) the charges it already made exist and are not made again. The last step
+//! reads every charge back and writes `summary/<period>`.
+//!
+//! State between steps: `next_index charged already` as text.
+
+wit_bindgen::generate!({ world: "job", path: "../../wit" });
+
+use leasehold::job::store;
+use leasehold::job::types::{CatchUp, Limits, Overlap, Policies};
+
+/// Customers per step.
+const CHUNK: usize = 50;
+
+struct Billing;
+
+impl Guest for Billing {
+    fn describe() -> JobSpec {
+        JobSpec {
+            name: "billing".into(),
+            schedule: "0 0 3 * * *".into(),
+            time_zone: "Europe/London".into(),
+            limits: Limits {
+                max_memory_bytes: 0,
+                max_step_millis: 60_000,
+                max_write_bytes: 0,
+            },
+            // A billing day is never skipped: a week of missed days is caught up, oldest first.
+            policies: Policies {
+                catch_up: CatchUp::All,
+                catch_up_window_millis: 7 * 86_400_000,
+                retry_attempts: 3,
+                retry_backoff_millis: 60_000,
+                retry_max_backoff_millis: 600_000,
+                overlap: Overlap::Queue,
+                max_run_millis: 0,
+            },
+        }
+    }
+
+    fn run_step(
+        term: &Term,
+        run: RunInfo,
+        _step: u32,
+        state: Option<Vec<u8>>,
+    ) -> Result<StepOutcome, JobError> {
+        let customers = read_customers()?;
+        let (next, mut charged, mut already) = parse_state(state)?;
+        let delay = std::fs::read_to_string("/data/delay-ms")
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .map(std::time::Duration::from_millis);
+        if next >= customers.len() {
+            return summarize(&run.period, &customers, charged, already);
+        }
+        let end = (next + CHUNK).min(customers.len());
+        for (customer, amount) in &customers[next..end] {
+            if !term.still_leader() {
+                return Err(JobError::LostLeadership);
+            }
+            if let Some(d) = delay {
+                std::thread::sleep(d);
+            }
+            let key = format!("charge/{}/{customer}", run.period);
+            let value = format!("{amount} token={} attempt={}", term.token(), run.attempt);
+            match store::create(&key, value.as_bytes()) {
+                Ok(true) => charged += 1,
+                Ok(false) => already += 1,
+                Err(store::WriteError::Fenced(_) | store::WriteError::NotLeader) => {
+                    return Err(JobError::LostLeadership);
+                }
+                Err(e) => return Err(JobError::Failed(format!("charging {customer}: {e:?}"))),
+            }
+        }
+        Ok(StepOutcome::Continue(
+            format!("{end} {charged} {already}").into_bytes(),
+        ))
+    }
+}
+
+/// The customers, in file order: (id, amount in cents).
+fn read_customers() -> Result<Vec<(String, u64)>, JobError> {
+    let text = std::fs::read_to_string("/data/customers.csv")
+        .map_err(|e| JobError::NotReady(format!("/data/customers.csv: {e}")))?;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate().skip(1) {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let (id, amount) = line.split_once(',').ok_or_else(|| {
+            JobError::Failed(format!(
+                "customers.csv line {}: expected customer,amount_cents",
+                n + 1
+            ))
+        })?;
+        let amount = amount.trim().parse().map_err(|_| {
+            JobError::Failed(format!(
+                "customers.csv line {}: amount {amount:?} is not a whole number of cents",
+                n + 1
+            ))
+        })?;
+        out.push((id.trim().to_string(), amount));
+    }
+    Ok(out)
+}
+
+fn parse_state(state: Option<Vec<u8>>) -> Result<(usize, u64, u64), JobError> {
+    let Some(state) = state else {
+        return Ok((0, 0, 0));
+    };
+    let text =
+        String::from_utf8(state).map_err(|_| JobError::Failed("checkpoint is not text".into()))?;
+    let parts: Vec<u64> = text.split(' ').filter_map(|p| p.parse().ok()).collect();
+    match parts[..] {
+        [next, charged, already] => Ok((next as usize, charged, already)),
+        _ => Err(JobError::Failed(format!(
+            "checkpoint {text:?} is not `next charged already`"
+        ))),
+    }
+}
+
+/// Reads every charge of the period back and writes the summary.
+fn summarize(
+    period: &str,
+    customers: &[(String, u64)],
+    charged: u64,
+    already: u64,
+) -> Result<StepOutcome, JobError> {
+    let mut total = 0u64;
+    let mut found = 0u64;
+    for (customer, _) in customers {
+        let key = format!("charge/{period}/{customer}");
+        match store::read(&key) {
+            Ok(Some(v)) => {
+                found += 1;
+                let text = String::from_utf8_lossy(&v);
+                total += text
+                    .split(' ')
+                    .next()
+                    .and_then(|a| a.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+            Ok(None) => {
+                return Err(JobError::Failed(format!(
+                    "customer {customer} has no charge for {period}"
+                )));
+            }
+            Err(e) => return Err(JobError::Failed(format!("reading {key}: {e:?}"))),
+        }
+    }
+    let summary = format!(
+        "customers={found} total_cents={total} charged_by_this_attempt={charged} found_already={already}"
+    );
+    match store::write(&format!("summary/{period}"), summary.as_bytes()) {
+        Ok(()) => Ok(StepOutcome::Done),
+        Err(store::WriteError::Fenced(_) | store::WriteError::NotLeader) => {
+            Err(JobError::LostLeadership)
+        }
+        Err(e) => Err(JobError::Failed(format!("writing the summary: {e:?}"))),
+    }
+}
+
+export!(Billing);

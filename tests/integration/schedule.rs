@@ -1,0 +1,534 @@
+//! Schedules, periods and runs in a real host: every catch-up policy, both DST transitions,
+//! retries, both overlap policies, the maximum run time, pause and resume, and triggers
+//! deduplicated with the schedule (CLI and HTTP). Each test seeds what an earlier history would
+//! have left (the scheduler's cursor) and reads the run records Redis holds.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{Timelike, Utc};
+use redis::AsyncCommands;
+use serde_json::Value;
+
+use crate::harness::{
+    HostProcess, RedisServer, TempDir, deadline, free_port, guests, http, run_leasehold,
+    run_record, run_records, start_node, wait_for,
+};
+
+/// A host serving one fixture job, with an optional sidecar, data files and seeded cursor.
+struct Setup {
+    redis: RedisServer,
+    dir: TempDir,
+    host: HostProcess,
+    /// `127.0.0.1:port` of the HTTP API.
+    http: String,
+}
+
+async fn setup(
+    guest: &str,
+    sidecar: Option<&str>,
+    data: &[(&str, &str)],
+    cursor: Option<&str>,
+) -> Setup {
+    let redis = RedisServer::start().await;
+    let dir = TempDir::new(&format!("schedule-{guest}"));
+    let (jobs, data_dir) = (dir.join("jobs"), dir.join("data"));
+    std::fs::create_dir_all(&jobs).unwrap();
+    std::fs::create_dir_all(data_dir.join(guest)).unwrap();
+    for (name, content) in data {
+        std::fs::write(data_dir.join(guest).join(name), content).unwrap();
+    }
+    if let Some(text) = sidecar {
+        std::fs::write(jobs.join(format!("{guest}.toml")), text).unwrap();
+    }
+    std::fs::copy(guests().wasm(guest), jobs.join(format!("{guest}.wasm"))).unwrap();
+    if let Some(c) = cursor {
+        let _: () = redis
+            .conn()
+            .await
+            .set(format!("lh:{{{guest}}}:cursor"), c)
+            .await
+            .unwrap();
+    }
+    let http = format!("127.0.0.1:{}", free_port());
+    let host = start_node(
+        &redis.url(),
+        &jobs,
+        "n1",
+        ("2s", "500ms"),
+        &["--data-dir", data_dir.to_str().unwrap(), "--http", &http],
+    );
+    Setup {
+        redis,
+        dir,
+        host,
+        http,
+    }
+}
+
+/// Waits until `job` has `n` records and every one is final; returns period → record.
+async fn final_records(redis: &RedisServer, job: &str, n: usize) -> BTreeMap<String, Value> {
+    wait_for(
+        &format!("{n} final records of {job}"),
+        Duration::from_secs(60),
+        || async {
+            let recs = run_records(redis, job).await;
+            let done = recs.len() == n
+                && recs.iter().all(|r| {
+                    ["done", "failed", "missed", "skipped"].contains(&r["status"].as_str().unwrap())
+                });
+            done.then(|| {
+                recs.into_iter()
+                    .map(|r| (r["period"].as_str().unwrap().to_string(), r))
+                    .collect()
+            })
+        },
+    )
+    .await
+}
+
+fn statuses(records: &BTreeMap<String, Value>) -> Vec<(String, String)> {
+    records
+        .iter()
+        .map(|(p, r)| (p.clone(), r["status"].as_str().unwrap().to_string()))
+        .collect()
+}
+
+/// A daily schedule that last fired exactly two hours ago (UTC), the five periods since a
+/// cursor five days before that, and their ids oldest first.
+fn five_late_days() -> (String, String, Vec<String>) {
+    let newest = (Utc::now() - chrono::Duration::hours(2)).naive_utc();
+    let newest = newest.with_nanosecond(0).unwrap();
+    let cron = newest.format("%S %M %H * * *").to_string();
+    let cursor = (newest - chrono::Duration::days(5))
+        .format("%Y-%m-%dT%H:%M:%S")
+        .to_string();
+    let ids = (0..5)
+        .rev()
+        .map(|d| {
+            (newest - chrono::Duration::days(d))
+                .format("%Y-%m-%d")
+                .to_string()
+        })
+        .collect();
+    (cron, cursor, ids)
+}
+
+#[tokio::test]
+async fn missed_periods_follow_each_catch_up_policy_and_are_recorded() {
+    deadline(Duration::from_secs(180), async {
+        let (cron, cursor, ids) = five_late_days();
+        let cases = [
+            // The newest runs however late; the four before it are missed.
+            ("latest", "1h", ["missed", "missed", "missed", "missed", "done"]),
+            // Nothing within an hour of its fire time: all five are missed.
+            ("skip", "1h", ["missed"; 5]),
+            // Everything that fired within three days runs, oldest first.
+            ("all", "3days", ["missed", "missed", "done", "done", "done"]),
+        ];
+        for (policy, window, expected) in cases {
+            let sidecar = format!(
+                "schedule = \"{cron}\"\ntime-zone = \"UTC\"\n[catch-up]\npolicy = \"{policy}\"\nwindow = \"{window}\"\n"
+            );
+            let s = setup("ticker", Some(&sidecar), &[], Some(&cursor)).await;
+            let records = final_records(&s.redis, "ticker", 5).await;
+            let want: Vec<(String, String)> = ids
+                .iter()
+                .cloned()
+                .zip(expected.iter().map(|e| e.to_string()))
+                .collect();
+            assert_eq!(statuses(&records), want, "policy {policy}");
+            for r in records.values().filter(|r| r["status"] == "missed") {
+                let why = r["error"].as_str().unwrap();
+                assert!(why.contains("while no replica ran the job"), "{why}");
+            }
+            // The cursor moved to the newest period, so nothing is accounted twice.
+            let c: String = s.redis.conn().await.get("lh:{ticker}:cursor").await.unwrap();
+            assert!(c.starts_with(ids.last().unwrap()), "{c}");
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_daily_job_at_0230_runs_once_per_local_day_across_both_dst_transitions() {
+    deadline(Duration::from_secs(240), async {
+        // Europe/Berlin: 02:30 does not exist on 2026-03-29 and happens twice on 2026-10-25.
+        let sidecar = "schedule = \"0 30 2 * * *\"\ntime-zone = \"Europe/Berlin\"\n[catch-up]\npolicy = \"all\"\nwindow = \"300days\"\n";
+        let s = setup("ticker", Some(sidecar), &[], Some("2026-03-27T02:30:00")).await;
+        // Every local day from 2026-03-28 to the current period.
+        let berlin = Utc::now().with_timezone(&chrono_tz::Europe::Berlin);
+        let mut last = berlin.date_naive();
+        if berlin.time() < chrono::NaiveTime::from_hms_opt(2, 30, 0).unwrap() {
+            last = last.pred_opt().unwrap();
+        }
+        let first = chrono::NaiveDate::from_ymd_opt(2026, 3, 28).unwrap();
+        let days: Vec<String> = first
+            .iter_days()
+            .take_while(|d| *d <= last)
+            .map(|d| d.to_string())
+            .collect();
+        let records = final_records(&s.redis, "ticker", days.len()).await;
+        assert_eq!(records.keys().cloned().collect::<Vec<_>>(), days);
+        for r in records.values() {
+            assert_eq!(r["status"], "done", "{r}");
+            assert_eq!(r["attempt"], 1, "{r}");
+        }
+        assert_eq!(
+            records["2026-03-29"]["scheduled_at"],
+            "2026-03-29T03:30:00+02:00"
+        );
+        assert_eq!(
+            records["2026-10-25"]["scheduled_at"],
+            "2026-10-25T02:30:00+02:00"
+        );
+        // One run per day, each once: one `run done` line and one output per period.
+        let done = s.host.log_lines_with("\"run done\"");
+        assert_eq!(done.len(), days.len());
+        let mut c = s.redis.conn().await;
+        let ticks: Vec<String> = c.keys("lh:{ticker}:data:tick/*").await.unwrap();
+        assert_eq!(ticks.len(), days.len());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_failed_step_is_retried_under_the_retry_policy_and_each_attempt_recorded() {
+    deadline(Duration::from_secs(120), async {
+        let sidecar = "[retry]\nattempts = 3\nbackoff = \"100ms\"\n";
+        let s = setup("probe", Some(sidecar), &[("mode", "flaky")], None).await;
+        let records = final_records(&s.redis, "probe", 1).await;
+        let r = records.values().next().unwrap();
+        assert_eq!(r["status"], "done", "{r}");
+        assert_eq!(r["attempt"], 2, "{r}");
+        let attempts = r["attempts"].as_array().unwrap();
+        assert_eq!(attempts.len(), 1, "{r}");
+        assert_eq!(attempts[0]["failure"], "job-error");
+        assert_eq!(attempts[0]["error"], "job failed: flaky on attempt 1");
+        drop(s);
+
+        // A trap on every attempt: failed after the last one, every attempt in the record.
+        let sidecar = "[retry]\nattempts = 2\nbackoff = \"100ms\"\n";
+        let s = setup("probe", Some(sidecar), &[("mode", "unreachable")], None).await;
+        let records = final_records(&s.redis, "probe", 1).await;
+        let r = records.values().next().unwrap();
+        assert_eq!(r["status"], "failed", "{r}");
+        assert_eq!(
+            (r["attempt"].as_u64(), r["failure"].as_str()),
+            (Some(2), Some("trap"))
+        );
+        assert_eq!(r["attempts"].as_array().unwrap().len(), 1, "{r}");
+        assert_eq!(s.host.log_lines_with("attempt failed, retrying").len(), 1);
+    })
+    .await;
+}
+
+/// The stepper fires every second; its first run waits at step 0 until the gates open.
+async fn overlapping(policy: &str) -> (Setup, BTreeMap<String, Value>) {
+    let sidecar = format!(
+        "schedule = \"* * * * * *\"\noverlap = \"{policy}\"\n[catch-up]\npolicy = \"all\"\nwindow = \"1m\"\n"
+    );
+    let s = setup("stepper", Some(&sidecar), &[], None).await;
+    let blocked = wait_for(
+        "the first run to start",
+        Duration::from_secs(60),
+        || async {
+            run_records(&s.redis, "stepper")
+                .await
+                .into_iter()
+                .find(|r| r["status"] == "running")
+        },
+    )
+    .await;
+    // Two more periods fire while it is open.
+    let others = wait_for(
+        "two periods to fire during the run",
+        Duration::from_secs(30),
+        || async {
+            let recs = run_records(&s.redis, "stepper").await;
+            (recs.len() >= 3).then_some(recs)
+        },
+    )
+    .await;
+    let data = s.dir.join("data/stepper");
+    for g in ["go-0", "go-1", "go-2"] {
+        std::fs::write(data.join(g), "").unwrap();
+    }
+    let first = blocked["period"].as_str().unwrap().to_string();
+    wait_for(
+        "the first run to finish",
+        Duration::from_secs(30),
+        || async {
+            run_record(&s.redis, "stepper", &first)
+                .await
+                .filter(|r| r["status"] == "done")
+        },
+    )
+    .await;
+    let during: Vec<String> = others
+        .iter()
+        .map(|r| r["period"].as_str().unwrap().to_string())
+        .filter(|p| *p != first)
+        .collect();
+    let mut settled = BTreeMap::new();
+    for p in during {
+        let r = wait_for(
+            "the periods that fired during the run to settle",
+            Duration::from_secs(30),
+            || async {
+                run_record(&s.redis, "stepper", &p)
+                    .await
+                    .filter(|r| ["done", "skipped"].contains(&r["status"].as_str().unwrap()))
+            },
+        )
+        .await;
+        settled.insert(p, r);
+    }
+    (s, settled)
+}
+
+#[tokio::test]
+async fn periods_firing_during_an_open_run_are_skipped_under_overlap_skip() {
+    deadline(Duration::from_secs(120), async {
+        let (_s, during) = overlapping("skip").await;
+        assert!(during.len() >= 2, "{during:?}");
+        for r in during.values() {
+            assert_eq!(r["status"], "skipped", "{r}");
+            assert!(r["error"].as_str().unwrap().contains("overlap policy skip"));
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn periods_firing_during_an_open_run_run_after_it_under_overlap_queue() {
+    deadline(Duration::from_secs(120), async {
+        let (_s, during) = overlapping("queue").await;
+        assert!(during.len() >= 2, "{during:?}");
+        for r in during.values() {
+            assert_eq!(r["status"], "done", "{r}");
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_run_past_its_maximum_run_time_fails_between_steps() {
+    deadline(Duration::from_secs(120), async {
+        let s = setup("stepper", Some("max-run-time = \"1s\"\n"), &[], None).await;
+        let r = wait_for("the run to start", Duration::from_secs(60), || async {
+            run_records(&s.redis, "stepper")
+                .await
+                .into_iter()
+                .find(|r| r["status"] == "running")
+        })
+        .await;
+        let started =
+            chrono::DateTime::parse_from_rfc3339(r["started_at"].as_str().unwrap()).unwrap();
+        // Let step 0 finish only once the run is past its maximum.
+        wait_for("the run to pass 1 s", Duration::from_secs(10), || async {
+            (Utc::now().signed_duration_since(started) > chrono::Duration::milliseconds(1200))
+                .then_some(())
+        })
+        .await;
+        std::fs::write(s.dir.join("data/stepper/go-0"), "").unwrap();
+        let records = final_records(&s.redis, "stepper", 1).await;
+        let r = records.values().next().unwrap();
+        assert_eq!(
+            (r["status"].as_str(), r["failure"].as_str()),
+            (Some("failed"), Some("run-timeout")),
+            "{r}"
+        );
+        assert_eq!(r["step"], 1, "step 0 completed, step 1 never started: {r}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_paused_job_starts_nothing_and_catches_up_when_resumed() {
+    deadline(Duration::from_secs(120), async {
+        let s = setup("ticker", None, &[], None).await;
+        wait_for("a first tick", Duration::from_secs(60), || async {
+            run_records(&s.redis, "ticker")
+                .await
+                .into_iter()
+                .find(|r| r["status"] == "done")
+        })
+        .await;
+        let out = run_leasehold(&["pause", "ticker", "--redis-url", &s.redis.url()]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        s.host
+            .wait_for_log("job paused", Duration::from_secs(10))
+            .await;
+        let paused_at = Utc::now();
+        let before = run_records(&s.redis, "ticker").await.len();
+        wait_for(
+            "three seconds of pause",
+            Duration::from_secs(10),
+            || async { (Utc::now() - paused_at > chrono::Duration::seconds(3)).then_some(()) },
+        )
+        .await;
+        // Paused: nothing accounted, nothing run.
+        assert_eq!(run_records(&s.redis, "ticker").await.len(), before);
+
+        let (status, body) = http(&s.http, "POST", "/v1/jobs/ticker/resume", None).await;
+        assert_eq!(
+            (status, &body["paused"]),
+            (200, &Value::Bool(false)),
+            "{body}"
+        );
+        // The ticker's policy (all, within a minute) runs every period that fired meanwhile.
+        let missed_seconds: Vec<String> = (1..=3)
+            .map(|s| {
+                (paused_at + chrono::Duration::seconds(s))
+                    .format("%Y-%m-%dT%H:%M:%S")
+                    .to_string()
+            })
+            .collect();
+        for p in &missed_seconds {
+            wait_for(
+                &format!("period {p} to run after the resume"),
+                Duration::from_secs(30),
+                || async {
+                    run_record(&s.redis, "ticker", p)
+                        .await
+                        .filter(|r| r["status"] == "done")
+                },
+            )
+            .await;
+        }
+        s.host
+            .wait_for_log("job resumed", Duration::from_secs(10))
+            .await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn triggers_are_deduplicated_with_the_schedule_over_the_cli_and_http() {
+    deadline(Duration::from_secs(120), async {
+        let gates: [(&str, &str); 3] = [("go-0", ""), ("go-1", ""), ("go-2", "")];
+        let s = setup("stepper", None, &gates, None).await;
+        // The yearly schedule's current period runs at once.
+        let current = Utc::now().format("%Y-01-01").to_string();
+        let records = final_records(&s.redis, "stepper", 1).await;
+        assert_eq!(records[&current]["status"], "done");
+
+        let (status, body) = http(&s.http, "POST", "/v1/jobs/stepper/runs", None).await;
+        assert_eq!(
+            (status, body["result"].as_str()),
+            (200, Some("already-done")),
+            "{body}"
+        );
+        let out = run_leasehold(&[
+            "trigger",
+            "stepper",
+            "--period",
+            &current,
+            "--redis-url",
+            &s.redis.url(),
+        ]);
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("is already done"),
+            "{out:?}"
+        );
+
+        let (status, body) = http(
+            &s.http,
+            "POST",
+            "/v1/jobs/stepper/runs",
+            Some(r#"{"period":"2025-01-01"}"#),
+        )
+        .await;
+        assert_eq!(
+            (status, body["result"].as_str()),
+            (202, Some("requested")),
+            "{body}"
+        );
+        let records = final_records(&s.redis, "stepper", 2).await;
+        assert_eq!(records["2025-01-01"]["status"], "done");
+        let (_, body) = http(
+            &s.http,
+            "POST",
+            "/v1/jobs/stepper/runs",
+            Some(r#"{"period":"2025-01-01"}"#),
+        )
+        .await;
+        assert_eq!(body["result"], "already-done", "{body}");
+        assert_eq!(
+            s.host.log_lines_with("\"run done\"").len(),
+            2,
+            "each period ran once"
+        );
+
+        // History over HTTP and the CLI.
+        let (status, body) = http(&s.http, "GET", "/v1/jobs/stepper/runs", None).await;
+        assert_eq!(status, 200);
+        let periods: Vec<&str> = body["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["period"].as_str().unwrap())
+            .collect();
+        assert_eq!(periods, vec![current.as_str(), "2025-01-01"]);
+        let out = run_leasehold(&["runs", "stepper", "--redis-url", &s.redis.url()]);
+        let table = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            table.starts_with("PERIOD") && table.contains("2025-01-01") && table.contains("done"),
+            "{table}"
+        );
+
+        // Bad input gets a 4xx with a reason.
+        for (method, path, body, code, needle) in [
+            ("POST", "/v1/jobs/Bad_Name/runs", None, 400, "name must be"),
+            (
+                "POST",
+                "/v1/jobs/nosuchjob/runs",
+                None,
+                404,
+                "is not served by node n1",
+            ),
+            (
+                "POST",
+                "/v1/jobs/stepper/runs",
+                Some("{not json"),
+                400,
+                "bad body",
+            ),
+            (
+                "POST",
+                "/v1/jobs/stepper/runs",
+                Some(r#"{"period":"2025-02-30"}"#),
+                400,
+                "is not a period",
+            ),
+            (
+                "POST",
+                "/v1/jobs/stepper/runs",
+                Some(r#"{"when":"now"}"#),
+                400,
+                "unknown field",
+            ),
+            (
+                "GET",
+                "/v1/jobs/stepper/runs?limit=lots",
+                None,
+                400,
+                "limit",
+            ),
+            ("GET", "/v2/nothing", None, 404, "no such endpoint"),
+        ] {
+            let (status, answer) = http(&s.http, method, path, body).await;
+            assert_eq!(status, code, "{method} {path}: {answer}");
+            assert!(
+                answer["error"].as_str().unwrap_or("").contains(needle),
+                "{method} {path}: {answer}"
+            );
+        }
+    })
+    .await;
+}
