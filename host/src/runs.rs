@@ -204,7 +204,8 @@ pub enum Triggered {
     AlreadyRequested,
     /// The period is done; it is never run again.
     AlreadyDone(Box<RunRecord>),
-    /// The period's run is open (pending, running, waiting); it goes on, nothing to add.
+    /// The period's run is open (pending, running, waiting); it goes on (the request makes sure
+    /// the leader looks at it).
     AlreadyOpen(Box<RunRecord>),
     /// The period had failed, been missed or skipped: a new attempt was requested.
     Rerun(Box<RunRecord>),
@@ -223,7 +224,7 @@ impl Triggered {
                 r.token, r.node
             ),
             Triggered::AlreadyOpen(r) => format!(
-                "{job} period {period} is already {} (step {}, attempt {}); nothing to add",
+                "{job} period {period} is already {} (step {}, attempt {}); the leader carries it on",
                 r.status.as_str(),
                 r.step,
                 r.attempt
@@ -263,7 +264,11 @@ pub async fn trigger<C: ConnectionLike + Send + Sync>(
     let existing = read(conn, keys, period).await?;
     Ok(match existing {
         Some(r) if r.status == RunStatus::Done => Triggered::AlreadyDone(Box::new(r)),
-        Some(r) if !r.status.is_final() => Triggered::AlreadyOpen(Box::new(r)),
+        Some(r) if !r.status.is_final() => {
+            // Also a request: the leader finds the run even if its open mark was lost.
+            request(conn, keys, period).await?;
+            Triggered::AlreadyOpen(Box::new(r))
+        }
         Some(r) => {
             request(conn, keys, period).await?;
             Triggered::Rerun(Box::new(r))
