@@ -43,7 +43,7 @@ pub enum LogFormat {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run a replica: campaign for every job in the jobs directory and run the ones it leads.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Validate a job component against the `leasehold:job/job` world and print its spec.
     Check {
         /// The `.wasm` component to check.
@@ -55,6 +55,12 @@ pub enum Command {
     /// Ask for a run of a period now (a period that is already done is not run again; a
     /// failed, missed or skipped one gets a new attempt).
     Trigger(TriggerArgs),
+    /// Show who leads each job, the token, lease time left, last and next run (asks a node's
+    /// HTTP API).
+    Status(StatusArgs),
+    /// Exit 0 if a node's `/healthz` (or with `--ready`, `/readyz`) answers 200: for container
+    /// health checks without curl.
+    Health(HealthArgs),
     /// List a job's runs, newest period first.
     Runs(RunsArgs),
     /// Pause a job: its leader starts no step until it is resumed.
@@ -189,9 +195,16 @@ pub struct RunArgs {
     /// Address of the HTTP API (e.g. 127.0.0.1:8080) [default: none].
     #[arg(long, env = "LEASEHOLD_HTTP")]
     pub http: Option<std::net::SocketAddr>,
+    /// Bearer token that the HTTP API's POST endpoints (trigger, pause, resume) require. Prefer
+    /// the environment variable: a flag shows in the process list.
+    #[arg(long, env = "LEASEHOLD_HTTP_TOKEN", hide_env_values = true)]
+    pub http_token: Option<String>,
     /// Host limits.
     #[command(flatten)]
     pub limits: LimitArgs,
+    /// Validate the configuration, print it and exit without connecting to anything.
+    #[arg(long)]
+    pub check_config: bool,
 }
 
 /// A job and the Redis it lives in.
@@ -206,6 +219,28 @@ pub struct JobArgs {
         default_value = "redis://127.0.0.1:6379"
     )]
     pub redis_url: String,
+}
+
+/// Flags of `leasehold status`.
+#[derive(Args, Debug, Clone)]
+pub struct StatusArgs {
+    /// Address of a node's HTTP API (its `--http`).
+    #[arg(long, env = "LEASEHOLD_HTTP", default_value = "127.0.0.1:8080")]
+    pub http: String,
+    /// Print the JSON of `GET /v1/status` instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Flags of `leasehold health`.
+#[derive(Args, Debug, Clone)]
+pub struct HealthArgs {
+    /// Address of the node's HTTP API.
+    #[arg(long, env = "LEASEHOLD_HTTP", default_value = "127.0.0.1:8080")]
+    pub http: String,
+    /// Ask `/readyz` instead of `/healthz`.
+    #[arg(long)]
+    pub ready: bool,
 }
 
 /// Flags of `leasehold runs`.
@@ -275,6 +310,10 @@ impl RunArgs {
             timing,
             limits,
             http: self.http,
+            http_token: match self.http_token.as_deref() {
+                Some("") => anyhow::bail!("http-token is empty: set a token or leave it unset"),
+                t => t.map(str::to_string),
+            },
         })
     }
 }
@@ -314,10 +353,12 @@ pub fn init_logging(format: LogFormat) {
 /// Runs a parsed command line.
 pub async fn main(cli: Cli) -> ExitCode {
     let result = match cli.command {
-        Command::Run(args) => run(args).await,
+        Command::Run(args) => run(*args).await,
         Command::Check { file, limits } => check(file, limits).await,
         Command::Trigger(args) => trigger(args).await,
         Command::Runs(args) => list_runs(args).await,
+        Command::Status(args) => status(args).await,
+        Command::Health(args) => health(args).await,
         Command::Pause(args) => set_paused(args, true).await,
         Command::Resume(args) => set_paused(args, false).await,
         Command::Demo(args) => {
@@ -340,6 +381,48 @@ pub async fn main(cli: Cli) -> ExitCode {
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     let cfg = args.config()?;
+    if args.check_config {
+        let opt = |p: &Option<PathBuf>| {
+            p.as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| "none".into())
+        };
+        let t = &cfg.timing;
+        let l = &cfg.limits;
+        println!("configuration ok");
+        println!("node-id:     {}", cfg.node_id);
+        println!("redis-url:   {}", redis_conn::redact(&cfg.redis_url));
+        println!("jobs-dir:    {}", cfg.jobs_dir.display());
+        println!("data-dir:    {}", opt(&cfg.data_dir));
+        println!("cache-dir:   {}", opt(&cfg.cache_dir));
+        println!(
+            "timings:     lease-ttl {}, heartbeat {}, lease-margin {}, redis-timeout {}",
+            crate::config::show(t.lease_ttl),
+            crate::config::show(t.heartbeat),
+            crate::config::show(t.margin),
+            crate::config::show(t.redis_timeout)
+        );
+        println!(
+            "limits:      memory {}, step time {}, write {}, component {}, guest log lines {}",
+            show_size(l.memory.1),
+            crate::config::show(l.step_time.1),
+            show_size(l.write_bytes.1),
+            show_size(l.component_bytes),
+            l.log_lines
+        );
+        println!(
+            "http:        {}{}",
+            cfg.http
+                .map(|a| a.to_string())
+                .unwrap_or_else(|| "off".into()),
+            if cfg.http_token.is_some() {
+                " (POST endpoints need the bearer token)"
+            } else {
+                ""
+            }
+        );
+        return Ok(());
+    }
     node::run(cfg, shutdown_signal()?).await
 }
 
@@ -473,5 +556,105 @@ async fn list_runs(args: RunsArgs) -> anyhow::Result<()> {
             error
         );
     }
+    Ok(())
+}
+
+/// `GET path` on a node's HTTP API (plain HTTP/1.1): the status code and the body.
+async fn http_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await?;
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).await?;
+        Ok::<_, std::io::Error>(raw)
+    };
+    let raw = tokio::time::timeout(Duration::from_secs(10), exchange)
+        .await
+        .map_err(|_| anyhow::anyhow!("{addr} did not answer within 10s"))?
+        .map_err(|e| anyhow::anyhow!("cannot reach the node's HTTP API at {addr}: {e}"))?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| anyhow::anyhow!("{addr} sent no HTTP answer"))?;
+    let code = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("{addr} sent no HTTP status"))?;
+    Ok((code, body.to_string()))
+}
+
+async fn status(args: StatusArgs) -> anyhow::Result<()> {
+    let (code, body) = http_get(&args.http, "/v1/status").await?;
+    anyhow::ensure!(
+        code == 200,
+        "GET /v1/status on {} answered {code}: {body}",
+        args.http
+    );
+    if args.json {
+        println!("{body}");
+        return Ok(());
+    }
+    let v: serde_json::Value = serde_json::from_str(&body)?;
+    let s = |v: &serde_json::Value| match v {
+        serde_json::Value::Null => "-".to_string(),
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    println!("node {}", s(&v["node"]));
+    println!(
+        "{:<24} {:<10} {:<16} {:<18} {:>10}  {:<30} NEXT RUN",
+        "JOB", "STATE", "LEADER", "TOKEN", "LEASE LEFT", "LAST RUN"
+    );
+    for j in v["jobs"].as_array().into_iter().flatten() {
+        let left = j["lease_ms_left"]
+            .as_u64()
+            .map(|ms| format!("{:.1}s", ms as f64 / 1000.0))
+            .unwrap_or_else(|| "-".into());
+        let last = match &j["last_run"] {
+            serde_json::Value::Null => "-".to_string(),
+            r => format!("{} {}", s(&r["period"]), s(&r["status"])),
+        };
+        let next = match &j["next_run"] {
+            serde_json::Value::Null => "-".to_string(),
+            r => format!("{} at {}", s(&r["period"]), s(&r["at"])),
+        };
+        let state = if j["paused"] == true {
+            format!("{} (paused)", s(&j["state"]))
+        } else {
+            s(&j["state"])
+        };
+        println!(
+            "{:<24} {:<10} {:<16} {:<18} {:>10}  {:<30} {}",
+            s(&j["job"]),
+            state,
+            s(&j["leader"]),
+            s(&j["token"]),
+            left,
+            last,
+            next
+        );
+    }
+    let refused = v["refused"].as_array().cloned().unwrap_or_default();
+    if !refused.is_empty() {
+        println!("refused files:");
+        for r in refused {
+            println!("  {}: {}", s(&r["file"]), s(&r["reason"]));
+        }
+    }
+    Ok(())
+}
+
+async fn health(args: HealthArgs) -> anyhow::Result<()> {
+    // A listen address of 0.0.0.0 is reached on the loopback address.
+    let addr = args.http.replace("0.0.0.0", "127.0.0.1");
+    let path = if args.ready { "/readyz" } else { "/healthz" };
+    let (code, body) = http_get(&addr, path).await?;
+    anyhow::ensure!(code == 200, "{path} answered {code}: {}", body.trim());
+    println!("{}", body.trim());
     Ok(())
 }

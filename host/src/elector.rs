@@ -214,6 +214,18 @@ impl Elector {
             ..
         } = self.timing;
         let (job, node) = (self.job.as_str(), self.node.as_str());
+        let metrics = crate::metrics::get();
+        // Since when this node has known no leader for the job (for the metric).
+        let mut leaderless_since = Some(Instant::now());
+        let leader_known = |known: bool, since: &mut Option<Instant>| {
+            if known {
+                if let Some(t) = since.take() {
+                    metrics.without_leader(job, t.elapsed());
+                }
+            } else if since.is_none() {
+                *since = Some(Instant::now());
+            }
+        };
         while !*resign.borrow() {
             let owner = format!("{node}:{}", uuid::Uuid::new_v4());
             let sent = Instant::now();
@@ -227,8 +239,12 @@ impl Elector {
                     let term = Term::new(token, owner.clone(), sent + self.timing.leader_window());
                     info!(job, node, token, owner = %owner, ttl = %show(lease_ttl), sent_ms = mono_ms(sent), deadline_ms = term.deadline_ms(), "became leader");
                     role.send_replace(Role::Leader(term.clone()));
+                    leader_known(true, &mut leaderless_since);
+                    metrics.became_leader(job, token);
                     let ended = self.lead(&mut conn, &term, &mut resign).await;
                     term.end();
+                    metrics.stopped_leading(job);
+                    leader_known(false, &mut leaderless_since);
                     match ended {
                         Ended::Resigned => {
                             let released = tokio::time::timeout(
@@ -271,6 +287,7 @@ impl Elector {
                     }
                 }
                 Ok(Ok(Acquired::Held { holder, ttl })) => {
+                    leader_known(true, &mut leaderless_since);
                     let changed =
                         !matches!(&*role.borrow(), Role::Follower { leader } if *leader == holder);
                     if changed {
@@ -291,6 +308,7 @@ impl Elector {
                 }
                 Ok(Err(e)) => {
                     warn!(job, node, "campaign failed: {e}");
+                    leader_known(false, &mut leaderless_since);
                     role.send_replace(Role::Candidate);
                     heartbeat
                 }
@@ -301,6 +319,7 @@ impl Elector {
                         "campaign failed: no reply from redis within {}",
                         show(redis_timeout)
                     );
+                    leader_known(false, &mut leaderless_since);
                     role.send_replace(Role::Candidate);
                     // The acquire may still be applied after we gave up on it.
                     self.release_quietly(&mut conn, &owner).await;
@@ -354,6 +373,7 @@ impl Elector {
                 renewed = tokio::time::timeout(redis_timeout, lease::renew(conn, &self.keys, term.owner(), lease_ttl)) => match renewed {
                     Ok(Ok(true)) => {
                         term.extend(sent + self.timing.leader_window());
+                        crate::metrics::get().renewed(job, sent.elapsed());
                         debug!(job, node, token, sent_ms = mono_ms(sent), deadline_ms = term.deadline_ms(), "renewed");
                     }
                     Ok(Ok(false)) => return Ended::Lost("the lease is no longer ours".into()),

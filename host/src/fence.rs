@@ -295,6 +295,7 @@ async fn term_write<C: ConnectionLike>(
                     "write refused: {refusal}; stepping down"
                 );
                 term.end();
+                crate::metrics::get().fence_refused(job);
                 Err(TermWriteError::Refused(refusal))
             }
             Some(Err(FenceError::Redis(e))) => Err(TermWriteError::Redis(e)),

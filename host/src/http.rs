@@ -1,38 +1,40 @@
-//! The HTTP API on `--http` (README, "HTTP API"): operator actions and run history for the
-//! jobs this node serves.
+//! The HTTP API on `--http` (README, "HTTP API"): status, health, metrics, operator actions
+//! and run history for the jobs this node serves.
 //!
 //! | method and path | does |
 //! | --- | --- |
+//! | `GET /v1/status` | node id; per job: this node's state, the leader, token, lease time left, last and next run; refused files |
+//! | `GET /v1/jobs`, `GET /v1/jobs/{job}` | the served jobs' specs (and one job's status) |
+//! | `GET /metrics` | Prometheus metrics ([`crate::metrics`]) |
+//! | `GET /healthz` | 503 when this node believes it leads a job whose lease deadline passed more than a heartbeat ago (a stuck elector) |
+//! | `GET /readyz` | 503 until the jobs directory was read, and while Redis does not answer |
 //! | `POST /v1/jobs/{job}/runs` | ask for a run now; body `{"period": "…"}` or empty for the current period; deduplicated like `leasehold trigger` |
 //! | `GET /v1/jobs/{job}/runs?limit=N` | run records, newest period first |
 //! | `POST /v1/jobs/{job}/pause`, `…/resume` | pause or resume the job |
 //!
 //! Any node serves any of its jobs, leader or not: requests and the pause flag are Redis
-//! inputs the leader reads every round. Errors are JSON `{"error": "…"}` with a 4xx status
-//! naming the problem (bad job name, unknown job, bad body or period), or 503 when Redis cannot
-//! be reached. Read-only endpoints never change state.
-
-use std::collections::BTreeMap;
-use std::sync::Arc;
+//! inputs the leader reads every round. With a token configured (`--http-token`), every `POST`
+//! needs `Authorization: Bearer <token>` (401 otherwise). Errors are JSON `{"error": "…"}`
+//! with a 4xx status naming the problem (bad job name, unknown job, bad body or period), or 503
+//! when Redis cannot be reached. `GET` endpoints never change state.
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use redis::aio::ConnectionManager;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::watch;
 
+use crate::config::Timing;
+use crate::elector::Role;
 use crate::keys::JobKeys;
+use crate::node::{Catalog, JobView};
 use crate::runs;
-use crate::runtime::LoadedJob;
-use crate::spec::validate_job_name;
-
-/// The jobs this node serves, by name (kept current by [`crate::node`]).
-pub type Catalog = watch::Receiver<BTreeMap<String, Arc<LoadedJob>>>;
+use crate::spec::{CatchUp, Overlap, validate_job_name};
 
 /// What every handler shares.
 #[derive(Clone)]
@@ -41,8 +43,12 @@ pub struct Api {
     pub node: String,
     /// Redis, with the host's timeouts.
     pub conn: ConnectionManager,
-    /// The jobs served.
-    pub jobs: Catalog,
+    /// The jobs served (kept current by [`crate::node`]).
+    pub jobs: watch::Receiver<Catalog>,
+    /// Bearer token required by `POST` endpoints, if set.
+    pub token: Option<String>,
+    /// Lease timings (health's grace, Redis timeout).
+    pub timing: Timing,
 }
 
 /// An error response: a status and a reason.
@@ -63,10 +69,19 @@ fn unavailable(e: impl std::fmt::Display) -> ApiError {
 
 /// The routes.
 pub fn router(api: Api) -> Router {
-    Router::new()
+    let mutating = Router::new()
         .route("/v1/jobs/{job}/runs", post(trigger).get(history))
         .route("/v1/jobs/{job}/pause", post(pause))
         .route("/v1/jobs/{job}/resume", post(resume))
+        .route_layer(axum::middleware::from_fn_with_state(api.clone(), authorize));
+    Router::new()
+        .route("/v1/status", get(status))
+        .route("/v1/jobs", get(jobs))
+        .route("/v1/jobs/{job}", get(job))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .merge(mutating)
         .fallback(|| async {
             ApiError(
                 StatusCode::NOT_FOUND,
@@ -87,11 +102,41 @@ pub async fn serve(
         .await
 }
 
+/// With a token configured, every `POST` needs `Authorization: Bearer <token>`.
+async fn authorize(
+    State(api): State<Api>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Result<Response, ApiError> {
+    if request.method() == axum::http::Method::POST
+        && let Some(token) = &api.token
+    {
+        let given = request
+            .headers()
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let ok = given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes()));
+        if !ok {
+            return Err(ApiError(
+                StatusCode::UNAUTHORIZED,
+                "this endpoint changes state: it needs `Authorization: Bearer <token>` with the node's --http-token".into(),
+            ));
+        }
+    }
+    Ok(next.run(request).await)
+}
+
+/// Compares without stopping at the first difference.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 impl Api {
     /// The job named in a path: 400 for a bad name, 404 for a job this node does not serve.
-    fn job(&self, name: &str) -> Result<Arc<LoadedJob>, ApiError> {
+    fn job(&self, name: &str) -> Result<JobView, ApiError> {
         validate_job_name(name).map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.to_string()))?;
-        self.jobs.borrow().get(name).cloned().ok_or_else(|| {
+        self.jobs.borrow().jobs.get(name).cloned().ok_or_else(|| {
             ApiError(
                 StatusCode::NOT_FOUND,
                 format!("job {name:?} is not served by node {}", self.node),
@@ -113,7 +158,7 @@ async fn trigger(
     Path(name): Path<String>,
     body: Result<Json<TriggerBody>, JsonRejection>,
 ) -> Result<Response, ApiError> {
-    let job = api.job(&name)?;
+    let job = api.job(&name)?.job;
     let body = match body {
         Ok(Json(b)) => b,
         // An empty body asks for the current period.
@@ -216,4 +261,227 @@ async fn set_paused(api: Api, name: String, paused: bool) -> Result<Response, Ap
     .await
     .map_err(unavailable)?;
     Ok(Json(json!({ "job": name, "paused": paused })).into_response())
+}
+
+/// One job's status as this node sees it.
+async fn job_status(api: &Api, name: &str, view: &JobView) -> Result<serde_json::Value, ApiError> {
+    let keys = JobKeys::new(name);
+    let mut conn = api.conn.clone();
+    let (owner, pttl, token, paused, last): (
+        Option<String>,
+        i64,
+        Option<u64>,
+        bool,
+        Option<String>,
+    ) = redis::pipe()
+        .get(keys.lease())
+        .pttl(keys.lease())
+        .hget(keys.fence(), "token")
+        .exists(keys.paused())
+        .get(keys.last_run())
+        .query_async(&mut conn)
+        .await
+        .map_err(unavailable)?;
+    let last_run = match last {
+        Some(period) => runs::read(&mut conn, &keys, &period)
+            .await
+            .map_err(unavailable)?
+            .map(|r| {
+                json!({
+                    "period": r.period, "status": r.status.as_str(), "attempt": r.attempt,
+                    "node": r.node, "finished_at": r.finished_at, "error": r.error,
+                })
+            }),
+        None => None,
+    };
+    let next = view.job.spec.schedule.next(chrono::Utc::now());
+    // The node id is the owner up to its last ':' (owners are `node-id:uuid`).
+    let leader = owner
+        .as_deref()
+        .map(|o| o.rsplit_once(':').map_or(o, |(n, _)| n).to_string());
+    let state = view.role.borrow().name();
+    Ok(json!({
+        "job": name,
+        "state": state,
+        "leader": leader.clone().unwrap_or_else(|| "no leader".into()),
+        "has_leader": leader.is_some(),
+        "token": token,
+        "lease_ms_left": (pttl >= 0).then_some(pttl),
+        "paused": paused,
+        "last_run": last_run,
+        "next_run": next.map(|p| json!({ "period": p.id, "at": p.fire.to_rfc3339() })),
+        "component": view.job.hash,
+    }))
+}
+
+fn spec_json(view: &JobView) -> serde_json::Value {
+    let spec = &view.job.spec;
+    let p = &spec.policies;
+    let ms = |d: std::time::Duration| d.as_millis() as u64;
+    json!({
+        "job": spec.name,
+        "file": view.job.path.display().to_string(),
+        "component": view.job.hash,
+        "sidecar": view.job.sidecar,
+        "schedule": spec.schedule.expr(),
+        "time_zone": spec.schedule.tz().name(),
+        "limits": {
+            "memory_bytes": spec.limits.memory,
+            "step_ms": ms(spec.limits.step_time),
+            "write_bytes": spec.limits.write_bytes,
+        },
+        "policies": {
+            "catch_up": match p.catch_up { CatchUp::Latest => "latest", CatchUp::Skip => "skip", CatchUp::All => "all" },
+            "catch_up_window_ms": ms(p.catch_up_window),
+            "retry_attempts": p.retry_attempts,
+            "retry_backoff_ms": ms(p.retry_backoff),
+            "retry_max_backoff_ms": ms(p.retry_max_backoff),
+            "overlap": match p.overlap { Overlap::Queue => "queue", Overlap::Skip => "skip" },
+            "max_run_ms": p.max_run_time.map(ms),
+        },
+    })
+}
+
+async fn status(State(api): State<Api>) -> Result<Response, ApiError> {
+    let catalog = api.jobs.borrow().clone();
+    let mut jobs = Vec::new();
+    for (name, view) in &catalog.jobs {
+        jobs.push(job_status(&api, name, view).await?);
+    }
+    let refused: Vec<_> = catalog
+        .refused
+        .iter()
+        .map(|r| json!({ "file": r.path.display().to_string(), "reason": r.reason }))
+        .collect();
+    Ok(Json(json!({ "node": api.node, "jobs": jobs, "refused": refused })).into_response())
+}
+
+async fn jobs(State(api): State<Api>) -> Response {
+    let catalog = api.jobs.borrow().clone();
+    let jobs: Vec<_> = catalog.jobs.values().map(spec_json).collect();
+    Json(json!({ "node": api.node, "jobs": jobs })).into_response()
+}
+
+async fn job(State(api): State<Api>, Path(name): Path<String>) -> Result<Response, ApiError> {
+    let view = api.job(&name)?;
+    let mut body = spec_json(&view);
+    body["status"] = job_status(&api, &name, &view).await?;
+    Ok(Json(body).into_response())
+}
+
+async fn metrics() -> Response {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        crate::metrics::encode(),
+    )
+        .into_response()
+}
+
+/// Jobs this node believes it leads although their lease deadline passed more than `grace`
+/// ago: its elector is not keeping up.
+pub fn stuck_leaders(
+    roles: &[(String, Role)],
+    now: std::time::Instant,
+    grace: std::time::Duration,
+) -> Vec<String> {
+    roles
+        .iter()
+        .filter_map(|(job, role)| match role {
+            Role::Leader(term) => match term.deadline() {
+                Some(d) if now > d + grace => Some(format!(
+                    "{job}: this node still believes it leads, but its lease deadline passed {} ago without a renewal",
+                    crate::config::show(now - d)
+                )),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+async fn healthz(State(api): State<Api>) -> Response {
+    let roles: Vec<(String, Role)> = api
+        .jobs
+        .borrow()
+        .jobs
+        .iter()
+        .map(|(n, v)| (n.clone(), v.role.borrow().clone()))
+        .collect();
+    let stuck = stuck_leaders(&roles, std::time::Instant::now(), api.timing.heartbeat);
+    if stuck.is_empty() {
+        Json(json!({ "healthy": true })).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "healthy": false, "problems": stuck })),
+        )
+            .into_response()
+    }
+}
+
+async fn readyz(State(api): State<Api>) -> Response {
+    let mut problems = Vec::new();
+    if !api.jobs.borrow().started {
+        problems.push("the jobs directory has not been read yet".to_string());
+    }
+    let mut conn = api.conn.clone();
+    let ping = tokio::time::timeout(
+        api.timing.redis_timeout,
+        redis::cmd("PING").query_async::<String>(&mut conn),
+    )
+    .await;
+    match ping {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => problems.push(format!("redis: {e}")),
+        Err(_) => problems.push(format!(
+            "redis did not answer PING within {}",
+            crate::config::show(api.timing.redis_timeout)
+        )),
+    }
+    if problems.is_empty() {
+        Json(json!({ "ready": true })).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "ready": false, "problems": problems })),
+        )
+            .into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::stuck_leaders;
+    use crate::elector::Role;
+    use crate::term::Term;
+
+    #[test]
+    fn a_leader_past_its_deadline_by_more_than_the_grace_is_unhealthy() {
+        let now = Instant::now();
+        let fresh = Term::new(1, "n1:a".into(), now + Duration::from_secs(5));
+        let late = Term::new(2, "n1:b".into(), now - Duration::from_secs(3));
+        let just = Term::new(3, "n1:c".into(), now - Duration::from_millis(100));
+        let roles = vec![
+            ("fresh".to_string(), Role::Leader(fresh)),
+            ("late".to_string(), Role::Leader(late)),
+            ("just".to_string(), Role::Leader(just)),
+            (
+                "follows".to_string(),
+                Role::Follower {
+                    leader: "n2:x".into(),
+                },
+            ),
+        ];
+        let stuck = stuck_leaders(&roles, now, Duration::from_secs(1));
+        assert_eq!(stuck.len(), 1, "{stuck:?}");
+        assert!(
+            stuck[0].starts_with("late: this node still believes it leads"),
+            "{stuck:?}"
+        );
+    }
 }

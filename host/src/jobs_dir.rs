@@ -107,14 +107,16 @@ pub struct Scan {
 /// The watched jobs directory.
 pub struct JobsDir {
     dir: PathBuf,
+    node: String,
     files: HashMap<PathBuf, FileState>,
 }
 
 impl JobsDir {
-    /// A jobs directory at `dir` (read at the first scan).
-    pub fn new(dir: &Path) -> Self {
+    /// A jobs directory at `dir` (read at the first scan), watched by node `node` (a log field).
+    pub fn new(dir: &Path, node: &str) -> Self {
         JobsDir {
             dir: dir.to_path_buf(),
+            node: node.to_string(),
             files: HashMap::new(),
         }
     }
@@ -158,16 +160,18 @@ impl JobsDir {
             }
             state.outcome = Some(match runtime.load(path).await {
                 Ok(job) => {
-                    info!(file = %path.display(), job = %job.spec.name, hash = %job.hash, compiled = job.compiled.as_str(), schedule = %job.spec.schedule.expr(), tz = %job.spec.schedule.tz(), "loaded job");
+                    info!(file = %path.display(), job = %job.spec.name, node = %self.node, hash = %job.hash, compiled = job.compiled.as_str(), schedule = %job.spec.schedule.expr(), tz = %job.spec.schedule.tz(), "loaded job");
                     Outcome::Loaded(Arc::new(job))
                 }
                 Err(e) => {
                     let serving_from_here = serving.values().find(|j| &j.path == path);
                     match serving_from_here {
                         Some(j) => {
-                            error!(file = %path.display(), job = %j.spec.name, "refused: {}; version {} keeps running", e.reason, j.hash)
+                            error!(file = %path.display(), job = %j.spec.name, node = %self.node, "refused: {}; version {} keeps running", e.reason, j.hash)
                         }
-                        None => error!(file = %path.display(), "refused: {}", e.reason),
+                        None => {
+                            error!(file = %path.display(), node = %self.node, "refused: {}", e.reason)
+                        }
                     }
                     Outcome::Refused(e.reason)
                 }
@@ -212,7 +216,7 @@ impl JobsDir {
                 );
                 let state = self.files.get_mut(path).expect("listed");
                 if !state.conflict_logged {
-                    error!(file = %path.display(), job = %name, "refused: {reason}");
+                    error!(file = %path.display(), job = %name, node = %self.node, "refused: {reason}");
                     state.conflict_logged = true;
                 }
                 scan.refused.push(Refusal {

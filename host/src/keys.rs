@@ -12,6 +12,7 @@
 //! | `lh:{job}:requests` | set | `leasehold trigger` | periods asked for by an operator |
 //! | `lh:{job}:open` | set | runner, after a fenced write | periods whose run is `pending`, `running` or `waiting` |
 //! | `lh:{job}:cursor` | string | fenced write (runner), with the records it accounts for | wall-clock fire time of the newest period accounted for |
+//! | `lh:{job}:last` | string | fenced write (runner), with a run's final record | period of the newest run that ended |
 //! | `lh:{job}:paused` | string | `leasehold pause` / HTTP | who paused the job and when; absent when running |
 //!
 //! Channel `lh:{job}:released` (pub/sub, not a key): the release script publishes the old
@@ -43,6 +44,11 @@ impl JobKeys {
     /// The scheduler's cursor: the newest period accounted for.
     pub fn cursor(&self) -> String {
         format!("{}cursor", self.prefix)
+    }
+
+    /// The period of the job's newest run that ended (`done` or `failed`).
+    pub fn last_run(&self) -> String {
+        format!("{}last", self.prefix)
     }
 
     /// Present while an operator has paused the job.

@@ -14,7 +14,7 @@
 //! * [`runtime`] — the wasmtime wrapper and the host side of the `job` world (`wit/job.wit`);
 //!   [`sandbox`] — the memory budget and the guest's stderr; [`cache`] — compiled code kept.
 //! * [`spec`] — job specs, schedules and periods; [`config`] — validated timings (I4).
-//! * [`http`] — the HTTP API (`--http`): trigger, pause, resume, run history.
+//! * [`metrics`] — Prometheus metrics; [`http`] — the HTTP API (`--http`): trigger, pause, resume, run history.
 //! * [`keys`] — the Redis key layout; [`demo`] — `leasehold demo`, the narrated reference scenario.
 
 pub mod cache;
@@ -27,6 +27,7 @@ pub mod http;
 pub mod jobs_dir;
 pub mod keys;
 pub mod lease;
+pub mod metrics;
 pub mod node;
 pub mod redis_conn;
 pub mod runner;

@@ -44,6 +44,28 @@ pub struct NodeConfig {
     pub limits: HostLimits,
     /// Where the HTTP API listens, if anywhere.
     pub http: Option<std::net::SocketAddr>,
+    /// Bearer token the HTTP API's mutating endpoints require, if set.
+    pub http_token: Option<String>,
+}
+
+/// What the HTTP API sees of the node: the served jobs with their roles, and the refusals.
+#[derive(Clone, Default)]
+pub struct Catalog {
+    /// Served jobs by name.
+    pub jobs: BTreeMap<String, JobView>,
+    /// Files refused in their current version.
+    pub refused: Vec<crate::jobs_dir::Refusal>,
+    /// The first scan of the jobs directory has been applied.
+    pub started: bool,
+}
+
+/// One served job as the HTTP API sees it.
+#[derive(Clone)]
+pub struct JobView {
+    /// The version new runs use.
+    pub job: Arc<LoadedJob>,
+    /// This node's role for the job.
+    pub role: watch::Receiver<Role>,
 }
 
 /// What a replica shares between its jobs.
@@ -56,12 +78,13 @@ struct Host {
     notices: ReleaseNotices,
     jobs: BTreeMap<String, JobHandle>,
     /// The served jobs, for the HTTP API.
-    catalog: watch::Sender<BTreeMap<String, Arc<LoadedJob>>>,
+    catalog: watch::Sender<Catalog>,
 }
 
 /// One served job: its elector (lease runtime) and its runner (main runtime).
 struct JobHandle {
     job: Arc<LoadedJob>,
+    role: watch::Receiver<Role>,
     version: watch::Sender<Arc<LoadedJob>>,
     stop_runner: watch::Sender<bool>,
     runner: JoinHandle<()>,
@@ -94,7 +117,7 @@ impl Host {
             self.stop(vec![handle]).await;
             info!(job = %name, node = %node, "job stopped");
         }
-        for (name, job) in scan.jobs {
+        for (name, job) in scan.jobs.clone() {
             match self.jobs.get_mut(&name) {
                 Some(h) if h.job.hash == job.hash && h.job.sidecar == job.sidecar => {}
                 Some(h) if h.job.hash == job.hash => {
@@ -110,7 +133,27 @@ impl Host {
                 None => self.start(job),
             }
         }
-        self.catalog.send_replace(self.serving());
+        let metrics = crate::metrics::get();
+        metrics.jobs.set(self.jobs.len() as i64);
+        metrics.refused_files.set(scan.refused.len() as i64);
+        self.catalog.send_replace(Catalog {
+            jobs: self
+                .jobs
+                .iter()
+                .map(|(n, h)| {
+                    (
+                        n.clone(),
+                        JobView {
+                            job: h.job.clone(),
+                            role: h.role.clone(),
+                        },
+                    )
+                })
+                .collect(),
+            refused: scan.refused,
+            // Ready once the files present at start have settled and loaded (or been refused).
+            started: self.catalog.borrow().started || !scan.settling,
+        });
     }
 
     /// Starts campaigning for `job` and running it when leading.
@@ -126,6 +169,7 @@ impl Host {
             None => None,
         };
         let (role_tx, role_rx) = watch::channel(Role::Candidate);
+        let role = role_rx.clone();
         let keys = JobKeys::new(&name);
         let released = Arc::new(tokio::sync::Notify::new());
         let channel = keys.released_channel();
@@ -160,6 +204,7 @@ impl Host {
             name,
             JobHandle {
                 job,
+                role,
                 version,
                 stop_runner,
                 runner,
@@ -225,7 +270,7 @@ pub async fn run(
         ),
         None => None,
     };
-    let mut dir = JobsDir::new(&cfg.jobs_dir);
+    let mut dir = JobsDir::new(&cfg.jobs_dir, &cfg.node_id);
     // An unreadable jobs directory at start-up is a configuration error; later, the host keeps
     // serving what it has.
     let first = dir.scan(&runtime, &BTreeMap::new()).await?;
@@ -249,15 +294,20 @@ pub async fn run(
     ));
     let (_watcher, mut changes) = jobs_dir::watch(&cfg.jobs_dir);
     let watching = _watcher.is_some();
-    let (catalog, catalog_rx) = watch::channel(BTreeMap::new());
+    let (catalog, catalog_rx) = watch::channel(Catalog::default());
     let (stop_http, mut http_stop) = watch::channel(false);
     let http = http.map(|listener| {
         let addr = listener.local_addr().ok();
         info!(node = %node, addr = ?addr, "HTTP API listening");
+        if cfg.http_token.is_none() && addr.is_some_and(|a| !a.ip().is_loopback()) {
+            warn!(node = %node, addr = ?addr, "the HTTP API listens beyond this machine without a token: anyone who reaches it can trigger, pause and resume jobs; set LEASEHOLD_HTTP_TOKEN");
+        }
         let api = crate::http::Api {
             node: node.clone(),
             conn: conn.clone(),
             jobs: catalog_rx,
+            token: cfg.http_token.clone(),
+            timing: cfg.timing,
         };
         tokio::spawn(async move {
             let stop = async move {

@@ -470,7 +470,12 @@ impl Runner {
         sets.push((self.keys.cursor(), cursor_value.as_bytes()));
         let who = (job.as_str(), node.as_str());
         match fence::write_in_term(&mut conn, &self.keys, term, who, &sets, &[]).await {
-            Ok(()) => Ok(pending),
+            Ok(()) => {
+                for r in records.iter().filter(|r| r.status.is_final()) {
+                    crate::metrics::get().run_final(job, r.status.as_str());
+                }
+                Ok(pending)
+            }
             Err(TermWriteError::Ended | TermWriteError::Refused(_)) => Err(RunEnd::Lost),
             Err(TermWriteError::Redis(e)) => Err(RunEnd::Interrupted(e.to_string())),
         }
@@ -616,6 +621,18 @@ impl Runner {
                 .run_step(version, ctx, &run, record.step, state.as_deref())
                 .await;
             let took = started.elapsed();
+            let outcome_word = match &outcome {
+                Ok(StepOutcome::Continue(_)) => "continue",
+                Ok(StepOutcome::Done) => "done",
+                Err(StepError::Failed(_)) => "failed",
+                Err(StepError::NotReady(_)) => "not-ready",
+                Err(StepError::LostLeadership(_)) => "lost-leadership",
+                Err(StepError::Timeout(_)) => "timeout",
+                Err(StepError::Trap(_)) => "trap",
+                Err(StepError::MemoryLimit(_)) => "memory-limit",
+                Err(StepError::Host(_)) => "host",
+            };
+            crate::metrics::get().step(job, outcome_word, took);
             match outcome {
                 Ok(StepOutcome::Continue(next))
                     if next.len() as u64 > version.spec.limits.write_bytes =>
@@ -647,6 +664,7 @@ impl Runner {
                         return end;
                     }
                     info!(job, node, token, period = %period.id, steps = record.step, attempt = record.attempt, component = %version.hash, "run done");
+                    crate::metrics::get().run_final(job, "done");
                     return RunEnd::Finished;
                 }
                 Err(StepError::NotReady(why)) => {
@@ -733,7 +751,10 @@ impl Runner {
         record.failure = Some(kind);
         record.finished_at = Some(now_rfc3339());
         match self.save(term, version, record, None).await {
-            Ok(()) => RunEnd::Finished,
+            Ok(()) => {
+                crate::metrics::get().run_final(job, "failed");
+                RunEnd::Finished
+            }
             Err(end) => end,
         }
     }
@@ -762,6 +783,9 @@ impl Runner {
         } else {
             vec![]
         };
+        if record.status.is_final() {
+            sets.push((keys.last_run(), record.period.as_bytes()));
+        }
         let who = (self.job.spec.name.as_str(), self.node.as_str());
         let mut conn = self.conn.clone();
         match fence::write_in_term(&mut conn, keys, term, who, &sets, &deletes).await {

@@ -300,8 +300,14 @@ impl HostProcess {
     /// Starts `leasehold <args…>` with logs in JSON, including leasehold's debug events
     /// (renewals and fenced writes with their monotonic send times and deadlines).
     pub fn start(args: &[&str]) -> Self {
+        Self::start_with_env(args, &[])
+    }
+
+    /// [`HostProcess::start`] with extra environment variables.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut child = Command::new(leasehold_bin())
             .args(args)
+            .envs(env.iter().copied())
             .env("LEASEHOLD_LOG_FORMAT", "json")
             .env("LEASEHOLD_LOG", "info,leasehold=debug")
             .stdout(Stdio::null())
@@ -468,10 +474,24 @@ pub async fn http(
     path: &str,
     body: Option<&str>,
 ) -> (u16, serde_json::Value) {
+    http_with(addr, method, path, body, None).await
+}
+
+/// [`http`] with an `Authorization` header.
+pub async fn http_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    authorization: Option<&str>,
+) -> (u16, serde_json::Value) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let exchange = async {
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
         let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+        if let Some(a) = authorization {
+            req.push_str(&format!("Authorization: {a}\r\n"));
+        }
         if let Some(b) = body {
             req.push_str(&format!(
                 "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}",

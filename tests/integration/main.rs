@@ -52,3 +52,7 @@ mod failover;
 
 // The billing guest through crash and zombie failovers: one charge per customer per period.
 mod billing;
+
+// Operating a host: status, health, metrics, `leasehold status`, the bearer token, the compose
+// file, Redis ACL users.
+mod operate;

@@ -1,0 +1,277 @@
+//! Prometheus metrics (`GET /metrics`, OpenMetrics text), one registry per process.
+//!
+//! | metric | type | labels | meaning |
+//! | --- | --- | --- | --- |
+//! | `leasehold_leader` | gauge | `job` | 1 while this node leads the job |
+//! | `leasehold_token` | gauge | `job` | token of this node's current (or last) term of the job |
+//! | `leasehold_leadership_transitions_total` | counter | `job`, `to` | this node became `leader` or stopped leading (`to="follower"`) |
+//! | `leasehold_renew_latency_seconds` | histogram | `job` | lease renewal round trips that got an answer |
+//! | `leasehold_without_leader_seconds_total` | counter | `job` | time this node saw the job with no leader (campaigning, lease free or unreachable) |
+//! | `leasehold_fence_refusals_total` | counter | `job` | fenced writes of this node that the fence refused |
+//! | `leasehold_step_duration_seconds` | histogram | `job`, `outcome` | job steps, by how they ended |
+//! | `leasehold_guest_traps_total` | counter | `job` | steps ended by a trap or the memory limit |
+//! | `leasehold_guest_timeouts_total` | counter | `job` | steps stopped at their time limit |
+//! | `leasehold_runs_total` | counter | `job`, `status` | runs that reached a final state here: `done`, `failed`, `missed`, `skipped` |
+//! | `leasehold_jobs` | gauge | | jobs this node serves |
+//! | `leasehold_refused_files` | gauge | | files in the jobs directory refused in their current version |
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// `job` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JobLabel {
+    /// The job's name.
+    pub job: String,
+}
+
+/// `job` and another label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TransitionLabel {
+    /// The job's name.
+    pub job: String,
+    /// `leader` or `follower`.
+    pub to: String,
+}
+
+/// `job` and `outcome`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StepLabel {
+    /// The job's name.
+    pub job: String,
+    /// `continue`, `done`, `failed`, `not-ready`, `trap`, `memory-limit`, `timeout`,
+    /// `lost-leadership`, `host`.
+    pub outcome: String,
+}
+
+/// `job` and `status`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RunLabel {
+    /// The job's name.
+    pub job: String,
+    /// The final status.
+    pub status: String,
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Every metric of the process.
+pub struct Metrics {
+    registry: Registry,
+    /// See the module table.
+    pub leader: Family<JobLabel, Gauge>,
+    /// See the module table.
+    pub token: Family<JobLabel, Gauge>,
+    /// See the module table.
+    pub transitions: Family<TransitionLabel, Counter>,
+    /// See the module table.
+    pub renew_latency: Histograms<JobLabel>,
+    /// See the module table.
+    pub without_leader: Family<JobLabel, Counter<f64>>,
+    /// See the module table.
+    pub fence_refusals: Family<JobLabel, Counter>,
+    /// See the module table.
+    pub step_duration: Histograms<StepLabel>,
+    /// See the module table.
+    pub guest_traps: Family<JobLabel, Counter>,
+    /// See the module table.
+    pub guest_timeouts: Family<JobLabel, Counter>,
+    /// See the module table.
+    pub runs: Family<RunLabel, Counter>,
+    /// See the module table.
+    pub jobs: Gauge,
+    /// See the module table.
+    pub refused_files: Gauge,
+}
+
+fn latency_buckets() -> Histogram {
+    // 100 µs to about 6.5 s.
+    Histogram::new(exponential_buckets(0.0001, 2.0, 17))
+}
+
+fn step_buckets() -> Histogram {
+    // 1 ms to about 9 minutes.
+    Histogram::new(exponential_buckets(0.001, 2.0, 20))
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
+    let mut registry = Registry::with_prefix("leasehold");
+    let m = Metrics {
+        leader: Family::default(),
+        token: Family::default(),
+        transitions: Family::default(),
+        renew_latency: Family::new_with_constructor(latency_buckets),
+        without_leader: Family::default(),
+        fence_refusals: Family::default(),
+        step_duration: Family::new_with_constructor(step_buckets),
+        guest_traps: Family::default(),
+        guest_timeouts: Family::default(),
+        runs: Family::default(),
+        jobs: Gauge::default(),
+        refused_files: Gauge::default(),
+        registry: Registry::default(),
+    };
+    registry.register(
+        "leader",
+        "1 while this node leads the job",
+        m.leader.clone(),
+    );
+    registry.register(
+        "token",
+        "Token of this node's current or last term of the job",
+        m.token.clone(),
+    );
+    registry.register(
+        "leadership_transitions",
+        "Times this node became leader or stopped leading",
+        m.transitions.clone(),
+    );
+    registry.register(
+        "renew_latency_seconds",
+        "Lease renewal round trips that got an answer",
+        m.renew_latency.clone(),
+    );
+    registry.register(
+        "without_leader_seconds",
+        "Time this node saw the job without a leader",
+        m.without_leader.clone(),
+    );
+    registry.register(
+        "fence_refusals",
+        "Fenced writes of this node refused by the fence",
+        m.fence_refusals.clone(),
+    );
+    registry.register(
+        "step_duration_seconds",
+        "Job steps by outcome",
+        m.step_duration.clone(),
+    );
+    registry.register(
+        "guest_traps",
+        "Steps ended by a trap or the memory limit",
+        m.guest_traps.clone(),
+    );
+    registry.register(
+        "guest_timeouts",
+        "Steps stopped at their time limit",
+        m.guest_timeouts.clone(),
+    );
+    registry.register(
+        "runs",
+        "Runs that reached a final state on this node",
+        m.runs.clone(),
+    );
+    registry.register("jobs", "Jobs this node serves", m.jobs.clone());
+    registry.register(
+        "refused_files",
+        "Files in the jobs directory refused in their current version",
+        m.refused_files.clone(),
+    );
+    Metrics { registry, ..m }
+});
+
+/// The process's metrics.
+pub fn get() -> &'static Metrics {
+    &METRICS
+}
+
+/// The metrics in OpenMetrics text format.
+pub fn encode() -> String {
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &METRICS.registry)
+        .expect("writing to a String cannot fail");
+    out
+}
+
+fn job(job: &str) -> JobLabel {
+    JobLabel {
+        job: job.to_string(),
+    }
+}
+
+impl Metrics {
+    /// This node became the job's leader with `token`.
+    pub fn became_leader(&self, name: &str, token: u64) {
+        self.leader.get_or_create(&job(name)).set(1);
+        self.token
+            .get_or_create(&job(name))
+            .set(i64::try_from(token).unwrap_or(i64::MAX));
+        self.transitions
+            .get_or_create(&TransitionLabel {
+                job: name.to_string(),
+                to: "leader".into(),
+            })
+            .inc();
+    }
+
+    /// This node stopped leading the job.
+    pub fn stopped_leading(&self, name: &str) {
+        self.leader.get_or_create(&job(name)).set(0);
+        self.transitions
+            .get_or_create(&TransitionLabel {
+                job: name.to_string(),
+                to: "follower".into(),
+            })
+            .inc();
+    }
+
+    /// A renewal of the job's lease got an answer after `d`.
+    pub fn renewed(&self, name: &str, d: Duration) {
+        self.renew_latency
+            .get_or_create(&job(name))
+            .observe(d.as_secs_f64());
+    }
+
+    /// The job had no known leader for `d`.
+    pub fn without_leader(&self, name: &str, d: Duration) {
+        self.without_leader
+            .get_or_create(&job(name))
+            .inc_by(d.as_secs_f64());
+    }
+
+    /// The fence refused one of the job's writes from this node.
+    pub fn fence_refused(&self, name: &str) {
+        self.fence_refusals.get_or_create(&job(name)).inc();
+    }
+
+    /// A step of the job ended with `outcome` after `d`.
+    pub fn step(&self, name: &str, outcome: &str, d: Duration) {
+        self.step_duration
+            .get_or_create(&StepLabel {
+                job: name.to_string(),
+                outcome: outcome.to_string(),
+            })
+            .observe(d.as_secs_f64());
+        match outcome {
+            "trap" | "memory-limit" => {
+                self.guest_traps.get_or_create(&job(name)).inc();
+            }
+            "timeout" => {
+                self.guest_timeouts.get_or_create(&job(name)).inc();
+            }
+            _ => {}
+        }
+    }
+
+    /// A run of the job reached the final `status` on this node.
+    pub fn run_final(&self, name: &str, status: &str) {
+        self.runs
+            .get_or_create(&RunLabel {
+                job: name.to_string(),
+                status: status.to_string(),
+            })
+            .inc();
+    }
+
+    /// Forgets a job's per-job series (the job was removed from this node).
+    pub fn forget(&self, name: &str) {
+        self.leader.remove(&job(name));
+    }
+}
