@@ -168,11 +168,13 @@ pub fn check_from(
     let mut history = History::default();
     let mut fence = initial;
     let mut writer: Option<(String, u64)> = None;
+    let mut writer_line = String::new();
     let mut violations = Vec::new();
     for (at, full) in lines.iter().enumerate() {
         // Values can be megabytes long: quote at most the start of a line in a violation.
         let line = &full[..full.char_indices().nth(300).map_or(full.len(), |(i, _)| i)];
-        let Some((from_lua, args)) = parse(line) else {
+        // Parse the whole line: a long script call keeps its token far from the start.
+        let Some((from_lua, args)) = parse(full) else {
             continue;
         };
         let Some(cmd) = args.first().map(|c| c.to_ascii_uppercase()) else {
@@ -186,6 +188,7 @@ pub fn check_from(
                 let argv = &args[3 + keys.len()..];
                 if keys.len() >= 2 && keys[1].ends_with(":fence") && argv.len() >= 2 {
                     writer = Some((argv[0].clone(), argv[1].parse().unwrap_or(0)));
+                    writer_line = line.to_string();
                 }
             }
             continue;
@@ -230,7 +233,7 @@ pub fn check_from(
                 };
                 match fence.get(&job) {
                     Some((max, holder)) if token < *max || (token == *max && owner != *holder) => {
-                        violations.push(format!("write by {owner} with token {token} applied while the fence held {max} of {holder}: {line}"));
+                        violations.push(format!("write by {owner} with token {token} applied while the fence held {max} of {holder}: {line}\n  (in the script call {writer_line})"));
                     }
                     None => violations.push(format!("write by {owner} with token {token} applied before any term of {job} began: {line}")),
                     _ => {}

@@ -135,7 +135,10 @@ async fn hostile(mode: &str, end_status: &str) -> Aftermath {
         let rest = k
             .strip_prefix("lh:{ticker}:")
             .unwrap_or_else(|| panic!("key {k:?} is outside both namespaces"));
-        let ticker_key = ["lease", "token", "fence", "open", "requests", "cursor"].contains(&rest)
+        let ticker_key = [
+            "lease", "token", "fence", "open", "requests", "cursor", "last",
+        ]
+        .contains(&rest)
             || rest.starts_with("run:")
             || rest.starts_with("ckpt:")
             || rest.starts_with("data:tick/");
