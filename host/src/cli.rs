@@ -352,6 +352,7 @@ pub fn init_logging(format: LogFormat) {
 
 /// Runs a parsed command line.
 pub async fn main(cli: Cli) -> ExitCode {
+    crate::redis_conn::install_tls_provider();
     let result = match cli.command {
         Command::Run(args) => run(*args).await,
         Command::Check { file, limits } => check(file, limits).await,

@@ -1,9 +1,19 @@
 //! Redis connections: one place that sets timeouts and hides passwords in messages.
+//!
+//! URLs: `redis://[user:password@]host:port[/db]`, and `rediss://…` for TLS. TLS verifies the
+//! server against the system's CA store; `SSL_CERT_FILE` (a PEM bundle) or `SSL_CERT_DIR`
+//! point at other CAs, e.g. a private one.
 
 use std::time::Duration;
 
 use anyhow::Context as _;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+/// Selects the TLS crypto provider (ring) for `rediss://` connections. Call once, before the
+/// first connection; later calls do nothing.
+pub fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
 
 /// The URL with any password replaced by `***`, for logs and errors.
 pub fn redact(url: &str) -> String {

@@ -696,3 +696,173 @@ async fn an_acl_user_with_a_password_works_and_a_wrong_password_is_a_clear_error
     })
     .await;
 }
+
+/// A `redis-server` that speaks only TLS, with a private CA; killed on drop.
+struct TlsRedis {
+    child: std::process::Child,
+    port: u16,
+    ca: std::path::PathBuf,
+    _dir: TempDir,
+}
+
+impl Drop for TlsRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Makes a CA and a server certificate for 127.0.0.1 with `openssl`, and starts the server.
+async fn tls_redis() -> TlsRedis {
+    let dir = TempDir::new("tls");
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(&dir.0)
+            .output()
+            .expect("running openssl (apt-get install openssl)");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=leasehold-test-ca",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    std::fs::write(
+        dir.join("san.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+    ]);
+    let port = free_port();
+    let child = std::process::Command::new("redis-server")
+        .args([
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .args([
+            "--tls-cert-file",
+            "server.crt",
+            "--tls-key-file",
+            "server.key",
+            "--tls-ca-cert-file",
+            "ca.crt",
+            "--tls-auth-clients",
+            "no",
+        ])
+        .current_dir(&dir.0)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("starting redis-server");
+    wait_for(
+        "the TLS port to accept",
+        Duration::from_secs(10),
+        || async {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .ok()
+                .map(|_| ())
+        },
+    )
+    .await;
+    TlsRedis {
+        child,
+        port,
+        ca: dir.join("ca.crt"),
+        _dir: dir,
+    }
+}
+
+#[tokio::test]
+async fn rediss_urls_work_with_a_trusted_ca_and_an_untrusted_server_is_refused() {
+    deadline(Duration::from_secs(120), async {
+        let redis = tls_redis().await;
+        let dir = TempDir::new("tls-jobs");
+        let jobs = dir.join("jobs");
+        std::fs::create_dir_all(&jobs).unwrap();
+        std::fs::copy(guests().wasm("ticker"), jobs.join("ticker.wasm")).unwrap();
+        let url = format!("rediss://127.0.0.1:{}", redis.port);
+        let args = [
+            "run",
+            "--redis-url",
+            &url,
+            "--jobs-dir",
+            jobs.to_str().unwrap(),
+            "--node-id",
+            "n1",
+            "--lease-ttl",
+            "2s",
+            "--heartbeat",
+            "500ms",
+        ];
+        // The private CA is trusted through SSL_CERT_FILE: the host leads and runs over TLS.
+        let host =
+            HostProcess::start_with_env(&args, &[("SSL_CERT_FILE", redis.ca.to_str().unwrap())]);
+        host.wait_for_log("became leader", Duration::from_secs(60))
+            .await;
+        host.wait_for_log("\"run done\"", Duration::from_secs(30))
+            .await;
+        // Without it, the server's certificate is not trusted: a clear start-up error.
+        let mut cmd = std::process::Command::new(crate::harness::leasehold_bin());
+        cmd.args(args)
+            .env_remove("SSL_CERT_FILE")
+            .env_remove("SSL_CERT_DIR");
+        let out = cmd.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(&format!("cannot reach redis at {url}")),
+            "{err}"
+        );
+        assert!(err.contains("certificate"), "{err}");
+    })
+    .await;
+}
