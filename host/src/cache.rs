@@ -23,6 +23,8 @@ pub enum Compiled {
     Fresh,
     /// Loaded from the cache.
     Cached,
+    /// Already loaded in this process (another job or an earlier load of the same bytes).
+    Shared,
 }
 
 impl Compiled {
@@ -31,6 +33,7 @@ impl Compiled {
         match self {
             Compiled::Fresh => "fresh",
             Compiled::Cached => "cached",
+            Compiled::Shared => "shared",
         }
     }
 }

@@ -65,6 +65,9 @@ pub struct Runtime {
     linker: Arc<Linker<HostState>>,
     host_limits: HostLimits,
     cache: Option<Arc<CodeCache>>,
+    /// Components loaded in this process by content hash: jobs that share a component (one
+    /// file under several names, see the sidecar's `name`) share its code in memory.
+    loaded: Arc<std::sync::Mutex<std::collections::HashMap<String, Component>>>,
 }
 
 /// A compiled, type-checked, described job component.
@@ -382,6 +385,7 @@ impl Runtime {
             linker: Arc::new(linker),
             host_limits,
             cache: None,
+            loaded: Arc::default(),
         })
     }
 
@@ -475,13 +479,31 @@ impl Runtime {
         let hash = format!("sha256:{content}");
         let engine = self.engine.clone();
         let cache = self.cache.clone();
-        let (component, compiled) = tokio::task::spawn_blocking(move || match cache {
-            Some(cache) => cache.load_or_compile(&engine, &content, &bytes),
-            None => Component::new(&engine, &bytes).map(|c| (c, Compiled::Fresh)),
-        })
-        .await
-        .map_err(|e| fail(format!("compiler task failed: {e}")))?
-        .map_err(|e| fail(format!("not a valid component: {e}")))?;
+        let in_memory = self
+            .loaded
+            .lock()
+            .expect("loaded components")
+            .get(&hash)
+            .cloned();
+        let (component, compiled) = match in_memory {
+            Some(c) => (c, Compiled::Shared),
+            None => {
+                let key = content.clone();
+                let (c, compiled) = tokio::task::spawn_blocking(move || match cache {
+                    Some(cache) => cache.load_or_compile(&engine, &key, &bytes),
+                    None => Component::new(&engine, &bytes).map(|c| (c, Compiled::Fresh)),
+                })
+                .await
+                .map_err(|e| fail(format!("compiler task failed: {e}")))?
+                .map_err(|e| fail(format!("not a valid component: {e}")))?;
+                let mut loaded = self.loaded.lock().expect("loaded components");
+                if loaded.len() >= 256 {
+                    loaded.clear();
+                }
+                loaded.insert(hash.clone(), c.clone());
+                (c, compiled)
+            }
+        };
         let ty = component.component_type();
         let network: Vec<&str> = ty
             .imports(&self.engine)
@@ -572,6 +594,15 @@ impl Runtime {
                 crate::config::show(limits.step_time)
             ),
         }
+    }
+
+    /// Creates a store and instantiates `job` without calling it: what every step pays before
+    /// the guest runs (the benchmarks in `host/benches` measure it).
+    pub async fn instantiate(&self, job: &LoadedJob) -> anyhow::Result<()> {
+        let (state, _stderr) = HostState::new(&job.spec.limits, 0, None)?;
+        let mut store = self.store(state);
+        job.pre.instantiate_async(&mut store).await?;
+        Ok(())
     }
 
     fn store(&self, state: HostState) -> Store<HostState> {

@@ -184,6 +184,9 @@ pub struct RawSpec {
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Sidecar {
+    /// Job name: runs the component as a job of this name (one component can serve several
+    /// jobs, each with its own sidecar, lease, fence, data folder and keys).
+    pub name: Option<String>,
     /// Cron expression with seconds.
     pub schedule: Option<String>,
     /// IANA time zone.
@@ -234,6 +237,9 @@ impl Sidecar {
                     "sidecar: {field} {v:?} is not a duration ({e}; use e.g. 30s, 10m, 7days)"
                 ))
             })
+        }
+        if let Some(v) = &self.name {
+            raw.name = v.clone();
         }
         if let Some(v) = &self.schedule {
             raw.schedule = v.clone();
@@ -859,6 +865,7 @@ mod tests {
     fn a_sidecar_overrides_the_described_spec_and_names_bad_fields() {
         let sidecar = Sidecar::parse(
             r#"
+name = "billing-eu"
 schedule = "0 0 6 * * *"
 time-zone = "Europe/Berlin"
 overlap = "skip"
@@ -883,6 +890,7 @@ max-backoff = "1m"
         };
         sidecar.apply(&mut raw).unwrap();
         let spec = JobSpec::new(&raw, &HostLimits::default()).unwrap();
+        assert_eq!(spec.name, "billing-eu");
         assert_eq!(spec.schedule.expr(), "0 0 6 * * *");
         assert_eq!(spec.schedule.tz(), chrono_tz::Europe::Berlin);
         let p = spec.policies;

@@ -325,6 +325,12 @@ impl HostProcess {
         HostProcess { child, log }
     }
 
+    /// The process id (the benchmarks read its CPU time and memory).
+    #[allow(dead_code)]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Whether the process is still running (it has not exited or been killed).
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))

@@ -335,3 +335,48 @@ async fn a_file_still_being_written_is_not_loaded_half_written() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn one_component_serves_several_jobs_named_by_their_sidecars() {
+    deadline(Duration::from_secs(120), async {
+        let redis = RedisServer::start().await;
+        let dir = TempDir::new("named");
+        let jobs = dir.join("jobs");
+        std::fs::create_dir_all(&jobs).unwrap();
+        let ticker = std::fs::read(guests().wasm("ticker")).unwrap();
+        for name in ["tick-eu", "tick-us"] {
+            std::fs::write(
+                jobs.join(format!("{name}.toml")),
+                format!("name = \"{name}\"\n"),
+            )
+            .unwrap();
+            deploy(&ticker, &jobs, &format!("{name}.wasm"));
+        }
+        let host = start(&redis, &jobs, None);
+        for name in ["tick-eu", "tick-us"] {
+            wait_for(
+                &format!("a run of {name}"),
+                Duration::from_secs(60),
+                || async {
+                    let recs = crate::harness::run_records(&redis, name).await;
+                    recs.into_iter().find(|r| r["status"] == "done")
+                },
+            )
+            .await;
+        }
+        // One compile: the second job shares the first one's code.
+        let loaded = host.log_lines_with("loaded job");
+        assert_eq!(loaded.len(), 2, "{loaded:?}");
+        assert!(
+            loaded.iter().any(|l| l.contains("\"compiled\":\"shared\"")),
+            "{loaded:?}"
+        );
+        // Each job writes in its own namespace.
+        let mut c = redis.conn().await;
+        for name in ["tick-eu", "tick-us"] {
+            let ticks: Vec<String> = c.keys(format!("lh:{{{name}}}:data:tick/*")).await.unwrap();
+            assert!(!ticks.is_empty(), "{name}");
+        }
+    })
+    .await;
+}

@@ -1,0 +1,885 @@
+//! Leasehold's benchmarks (BENCHMARKS.md, DESIGN §7). One command, one table:
+//!
+//! ```text
+//! cargo bench --bench leasehold                      # everything, a few minutes
+//! cargo bench --bench leasehold -- --only failover   # one section (failover, handover,
+//!                                                    # write, guest, recon, scale, cold)
+//! cargo bench --bench leasehold -- --trials 5 --rows 200000 --jobs 300
+//! ```
+//!
+//! It starts what it needs: `redis-server` on a free port, real `leasehold` processes (the
+//! release binary), and the job components built with `--release` for wasm32-wasip2. Every row
+//! puts our figure beside its target and, where one can be measured in the same run, its
+//! reference. Figures are wall-clock times on the machine that runs it.
+
+#[allow(dead_code)]
+#[path = "../../tests/integration/harness.rs"]
+mod harness;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime};
+
+use harness::{HostProcess, RedisServer, TempDir, free_port, repo_root, start_node};
+use leasehold::keys::JobKeys;
+use leasehold::runtime::{RunInfo, Runtime, StepContext, StepOutcome};
+use leasehold::spec::HostLimits;
+use leasehold::term::Term;
+use redis::AsyncCommands;
+
+/// One row of the table.
+struct Row {
+    what: String,
+    ours: String,
+    reference: String,
+    target: String,
+    met: Option<bool>,
+}
+
+fn row(what: &str, ours: String, reference: &str, target: &str, met: Option<bool>) -> Row {
+    let r = Row {
+        what: what.into(),
+        ours,
+        reference: reference.into(),
+        target: target.into(),
+        met,
+    };
+    eprintln!(
+        "  {} | {} | {} | {} | {}",
+        r.what,
+        r.ours,
+        r.reference,
+        r.target,
+        verdict(r.met)
+    );
+    r
+}
+
+fn verdict(met: Option<bool>) -> &'static str {
+    match met {
+        Some(true) => "met",
+        Some(false) => "MISSED",
+        None => "-",
+    }
+}
+
+struct Options {
+    only: Option<String>,
+    trials: usize,
+    rows: usize,
+    jobs: usize,
+}
+
+fn options() -> Options {
+    let mut o = Options {
+        only: None,
+        trials: 20,
+        rows: 1_000_000,
+        jobs: 1000,
+    };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < args.len() {
+        let value = |i: usize| args.get(i + 1).cloned().unwrap_or_default();
+        match args[i].as_str() {
+            "--only" => o.only = Some(value(i)),
+            "--trials" => o.trials = value(i).parse().expect("--trials N"),
+            "--rows" => o.rows = value(i).parse().expect("--rows N"),
+            "--jobs" => o.jobs = value(i).parse().expect("--jobs N"),
+            // `cargo bench` passes `--bench`.
+            _ => {
+                i += 1;
+                continue;
+            }
+        }
+        i += 2;
+    }
+    o
+}
+
+/// The release guests, built once.
+fn guests() -> PathBuf {
+    let target = repo_root().join("target").join("guests");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .current_dir(repo_root().join("guest-jobs"))
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--target-dir",
+        ])
+        .arg(&target)
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("RUSTFLAGS")
+        .status()
+        .expect("building the guests");
+    assert!(status.success(), "building the guests failed");
+    target.join("wasm32-wasip2").join("release")
+}
+
+/// Copies `src` to `dst` with a modification time in the past, so the host loads it at once.
+fn place(src: &Path, dst: &Path) {
+    std::fs::copy(src, dst).unwrap();
+    let f = std::fs::File::options().write(true).open(dst).unwrap();
+    f.set_modified(SystemTime::now() - Duration::from_secs(60))
+        .unwrap();
+}
+
+/// Minimum, median and 99th percentile (nearest rank) of `v`.
+fn summary(v: &mut [f64]) -> (f64, f64, f64) {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let rank = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+    (v[0], rank(0.5), rank(0.99))
+}
+
+/// The wall-clock time of a JSON log line.
+fn timestamp(line: &str) -> SystemTime {
+    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    let t = chrono::DateTime::parse_from_rfc3339(v["timestamp"].as_str().unwrap()).unwrap();
+    SystemTime::UNIX_EPOCH + Duration::from_micros(t.timestamp_micros() as u64)
+}
+
+async fn wait<T, F: FnMut() -> Option<T>>(what: &str, limit: Duration, mut f: F) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Three replicas of the `pulse` job (a run that never ends, one 5 ms step after another).
+struct Pulse {
+    redis: RedisServer,
+    dir: TempDir,
+    hosts: Vec<HostProcess>,
+    ttl: &'static str,
+    heartbeat: &'static str,
+}
+
+impl Pulse {
+    async fn start(guests: &Path, ttl: &'static str, heartbeat: &'static str) -> Self {
+        let redis = RedisServer::start().await;
+        let dir = TempDir::new("bench-pulse");
+        std::fs::create_dir_all(dir.join("jobs")).unwrap();
+        std::fs::create_dir_all(dir.join("data/benchjob")).unwrap();
+        std::fs::write(dir.join("data/benchjob/mode"), "pulse").unwrap();
+        place(
+            &guests.join("benchjob.wasm"),
+            &dir.join("jobs/benchjob.wasm"),
+        );
+        let mut p = Pulse {
+            redis,
+            dir,
+            hosts: Vec::new(),
+            ttl,
+            heartbeat,
+        };
+        for i in 0..3 {
+            let h = p.host(i);
+            p.hosts.push(h);
+        }
+        p
+    }
+
+    fn host(&self, i: usize) -> HostProcess {
+        let data = self.dir.join("data");
+        let cache = self.dir.join("cache");
+        start_node(
+            &self.redis.url(),
+            &self.dir.join("jobs"),
+            &format!("n{i}"),
+            (self.ttl, self.heartbeat),
+            &[
+                "--data-dir",
+                data.to_str().unwrap(),
+                "--cache-dir",
+                cache.to_str().unwrap(),
+            ],
+        )
+    }
+
+    /// The leading host, once it has completed a step in its term.
+    async fn leader(&self) -> usize {
+        let start = Instant::now();
+        loop {
+            let owner: Option<String> = self
+                .redis
+                .conn()
+                .await
+                .get("lh:{benchjob}:lease")
+                .await
+                .unwrap();
+            if let Some(i) = owner
+                .and_then(|o| o.strip_prefix('n').map(|r| r.to_string()))
+                .and_then(|r| r.split(':').next().and_then(|n| n.parse::<usize>().ok()))
+            {
+                let h = &self.hosts[i];
+                let led = h
+                    .log_lines_with("became leader")
+                    .last()
+                    .map(|l| timestamp(l));
+                let stepped = h
+                    .log_lines_with("\"step done\"")
+                    .last()
+                    .map(|l| timestamp(l));
+                if let (Some(l), Some(s)) = (led, stepped)
+                    && s > l
+                {
+                    return i;
+                }
+            }
+            assert!(start.elapsed() < Duration::from_secs(120), "no leader");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Stops the leader (SIGKILL, or SIGTERM when `graceful`) and returns the time until
+    /// another host starts its first step (logged just before it: "resuming run").
+    async fn trial(&mut self, graceful: bool) -> f64 {
+        let i = self.leader().await;
+        let before: Vec<usize> = self
+            .hosts
+            .iter()
+            .map(|h| h.log_lines_with("resuming run from its checkpoint").len())
+            .collect();
+        let t0 = SystemTime::now();
+        if graceful {
+            self.hosts[i].terminate(Duration::from_secs(30)).await;
+        } else {
+            self.hosts[i].kill();
+        }
+        let limit = Duration::from_secs(60);
+        let resumed = wait("the new leader's first step", limit, || {
+            self.hosts.iter().enumerate().find_map(|(j, h)| {
+                let lines = h.log_lines_with("resuming run from its checkpoint");
+                (j != i && lines.len() > before[j]).then(|| timestamp(lines.last().unwrap()))
+            })
+        })
+        .await;
+        let ms = resumed.duration_since(t0).unwrap_or_default().as_secs_f64() * 1e3;
+        self.hosts[i] = self.host(i);
+        self.hosts[i]
+            .wait_for_log("node started", Duration::from_secs(60))
+            .await;
+        ms
+    }
+}
+
+async fn failover(guests: &Path, o: &Options, rows: &mut Vec<Row>) {
+    for (ttl, hb, ttl_ms) in [("1s", "200ms", 1000.0), ("10s", "2s", 10_000.0)] {
+        eprintln!("crash failover, ttl {ttl}: {} trials", o.trials);
+        let mut p = Pulse::start(guests, ttl, hb).await;
+        let mut v = Vec::new();
+        for _ in 0..o.trials {
+            v.push(p.trial(false).await);
+        }
+        let (min, med, p99) = summary(&mut v);
+        rows.push(row(
+            &format!(
+                "crash failover, ttl {ttl} (SIGKILL → first step), {} trials",
+                o.trials
+            ),
+            format!("min {min:.0} / median {med:.0} / p99 {p99:.0} ms"),
+            "client-go 15–24 s; Redisson 30 s; etcd 60 s (defaults)",
+            &format!("≤ ttl + 100 ms = {:.0} ms p99", ttl_ms + 100.0),
+            Some(p99 <= ttl_ms + 100.0),
+        ));
+    }
+}
+
+async fn handover(guests: &Path, o: &Options, rows: &mut Vec<Row>) {
+    eprintln!("graceful handover: {} trials", o.trials);
+    let mut p = Pulse::start(guests, "10s", "2s").await;
+    let mut v = Vec::new();
+    for _ in 0..o.trials {
+        v.push(p.trial(true).await);
+    }
+    let (min, med, p99) = summary(&mut v);
+    rows.push(row(
+        &format!(
+            "graceful handover, ttl 10s (SIGTERM → first step), {} trials",
+            o.trials
+        ),
+        format!("min {min:.1} / median {med:.1} / p99 {p99:.1} ms"),
+        "client-go ReleaseOnCancel 2–4.4 s",
+        "≤ 50 ms p99, no TTL wait",
+        Some(p99 <= 50.0),
+    ));
+}
+
+async fn writes(rows: &mut Vec<Row>) {
+    eprintln!("fenced write vs SET");
+    let redis = RedisServer::start().await;
+    let mut c = redis.conn().await;
+    let keys = JobKeys::new("bench");
+    let leasehold::lease::Acquired::Granted { token } =
+        leasehold::lease::acquire(&mut c, &keys, "bench:1", Duration::from_secs(600))
+            .await
+            .unwrap()
+    else {
+        panic!("lease")
+    };
+    let n = 20_000;
+    let value = vec![b'x'; 100];
+    let mut set = Vec::with_capacity(n);
+    let start = Instant::now();
+    for _ in 0..n {
+        let t = Instant::now();
+        let _: () = c.set("bench:plain", &value).await.unwrap();
+        set.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let set_rate = n as f64 / start.elapsed().as_secs_f64();
+    let key = keys.data("k");
+    let mut fenced = Vec::with_capacity(n);
+    let start = Instant::now();
+    for _ in 0..n {
+        let t = Instant::now();
+        leasehold::fence::write(
+            &mut c,
+            &keys,
+            "bench:1",
+            token,
+            &[(key.clone(), value.as_slice())],
+        )
+        .await
+        .unwrap();
+        fenced.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let fenced_rate = n as f64 / start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    for _ in 0..n / 100 {
+        let mut pipe = redis::pipe();
+        for _ in 0..100 {
+            pipe.set("bench:piped", &value).ignore();
+        }
+        let _: () = pipe.query_async(&mut c).await.unwrap();
+    }
+    let piped_rate = n as f64 / start.elapsed().as_secs_f64();
+    let (_, set_med, set_p99) = summary(&mut set);
+    let (_, f_med, f_p99) = summary(&mut fenced);
+    rows.push(row(
+        "fenced write latency (100 B, one at a time)",
+        format!(
+            "median {f_med:.0} / p99 {f_p99:.0} µs ({:.2}× SET)",
+            f_med / set_med
+        ),
+        &format!("plain SET median {set_med:.0} / p99 {set_p99:.0} µs"),
+        "≤ 1.3 × SET",
+        Some(f_med <= 1.3 * set_med),
+    ));
+    rows.push(row(
+        "fenced write throughput (one at a time)",
+        format!("{fenced_rate:.0}/s"),
+        &format!("SET {set_rate:.0}/s; pipelined SET ×100 {piped_rate:.0}/s"),
+        "-",
+        None,
+    ));
+}
+
+/// A step context for `job` in a term that lasts ten minutes (its writes go to `redis`).
+async fn step_context(redis: &RedisServer, job: &str) -> (StepContext, Term) {
+    let mut c = redis.conn().await;
+    let keys = JobKeys::new(job);
+    let leasehold::lease::Acquired::Granted { token } =
+        leasehold::lease::acquire(&mut c, &keys, "bench:1", Duration::from_secs(900))
+            .await
+            .unwrap()
+    else {
+        panic!("lease")
+    };
+    let term = Term::new(
+        token,
+        "bench:1".into(),
+        Instant::now() + Duration::from_secs(600),
+    );
+    let conn = redis::aio::ConnectionManager::new(redis.client())
+        .await
+        .unwrap();
+    let ctx = StepContext {
+        job: job.into(),
+        node: "bench".into(),
+        keys,
+        term: term.clone(),
+        conn,
+        data_dir: None,
+    };
+    (ctx, term)
+}
+
+fn ctx_clone(ctx: &StepContext, data_dir: Option<PathBuf>) -> StepContext {
+    StepContext {
+        job: ctx.job.clone(),
+        node: ctx.node.clone(),
+        keys: ctx.keys.clone(),
+        term: ctx.term.clone(),
+        conn: ctx.conn.clone(),
+        data_dir,
+    }
+}
+
+fn run_info(period: &str) -> RunInfo {
+    RunInfo {
+        period: period.into(),
+        scheduled_at: String::new(),
+        attempt: 1,
+    }
+}
+
+async fn guest(guests: &Path, rows: &mut Vec<Row>) {
+    eprintln!("guest side");
+    let redis = RedisServer::start().await;
+    let runtime = Runtime::new(HostLimits::default()).unwrap();
+    let job = runtime
+        .load(&guests.join("benchjob.wasm"))
+        .await
+        .expect("benchjob loads");
+    let (ctx, _term) = step_context(&redis, "benchjob").await;
+    let n = 2000;
+    let mut inst = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        runtime.instantiate(&job).await.unwrap();
+        inst.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let mut empty = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let out = runtime
+            .run_step(&job, ctx_clone(&ctx, None), &run_info("empty"), 0, None)
+            .await;
+        assert!(matches!(out, Ok(StepOutcome::Done)), "{out:?}");
+        empty.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let (_, inst_med, inst_p99) = summary(&mut inst);
+    let (_, empty_med, empty_p99) = summary(&mut empty);
+    let mut loops = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        let out = runtime
+            .run_step(
+                &job,
+                ctx_clone(&ctx, None),
+                &run_info("still-leader"),
+                0,
+                None,
+            )
+            .await;
+        assert!(matches!(out, Ok(StepOutcome::Done)), "{out:?}");
+        loops.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let (_, loop_med, _) = summary(&mut loops);
+    let per_call_ns = (loop_med - empty_med) * 1e3 / 1e6;
+    rows.push(row(
+        "still-leader() from a guest (1,000,000 calls in one step)",
+        format!("{per_call_ns:.0} ns per call"),
+        "local state, no round trip",
+        "< 1 µs",
+        Some(per_call_ns < 1000.0),
+    ));
+    rows.push(row(
+        "store + instantiate a job (pre-instantiated)",
+        format!("median {inst_med:.0} / p99 {inst_p99:.0} µs"),
+        "wasmtime pooling figures: a few µs",
+        "< 100 µs",
+        Some(inst_med < 100.0),
+    ));
+    rows.push(row(
+        "empty step (store, instantiate, call, return)",
+        format!("median {empty_med:.0} / p99 {empty_p99:.0} µs"),
+        "-",
+        "-",
+        None,
+    ));
+}
+
+async fn recon(guests: &Path, o: &Options, rows: &mut Vec<Row>) {
+    use recon_core::{
+        DEFAULT_TOLERANCE_DAYS, Matcher, Progress, input_fingerprint, missing_in_bank,
+        parse_entries, reconcile_chunk,
+    };
+    eprintln!("reconciliation of {} statement lines", o.rows);
+    let period = "2026-11-27";
+    let generated = recon_core::generate_on(o.rows, 7, recon_core::parse_date(period).unwrap());
+    let dir = TempDir::new("bench-recon");
+    let day = dir.join(&format!("reconciliation/{period}"));
+    std::fs::create_dir_all(&day).unwrap();
+    std::fs::write(day.join("bank.csv"), &generated.bank_csv).unwrap();
+    std::fs::write(day.join("ledger.csv"), &generated.ledger_csv).unwrap();
+    let redis = RedisServer::start().await;
+
+    // Native: the guest's steps, with the same recon-core code and the same writes (plain SET).
+    let mut c = redis.conn().await;
+    let start = Instant::now();
+    let mut state: Option<Vec<u8>> = None;
+    let mut step = 0u32;
+    let native_steps = loop {
+        let bank_csv = std::fs::read_to_string(day.join("bank.csv")).unwrap();
+        let ledger_csv = std::fs::read_to_string(day.join("ledger.csv")).unwrap();
+        let bank = parse_entries(&bank_csv, "bank.csv").unwrap();
+        let ledger = parse_entries(&ledger_csv, "ledger.csv").unwrap();
+        let fingerprint = input_fingerprint(&bank_csv, &ledger_csv, DEFAULT_TOLERANCE_DAYS);
+        let mut progress = match &state {
+            None => {
+                let mut p = Progress::new(ledger.len());
+                p.fingerprint = fingerprint;
+                p
+            }
+            Some(b) => Progress::from_bytes(b).unwrap(),
+        };
+        if !progress.bank_done(bank.len()) {
+            let lines = (bank.len() / 16).clamp(4, 20_000);
+            let mut matcher = Matcher::new(&ledger, DEFAULT_TOLERANCE_DAYS);
+            let chunk = reconcile_chunk(&bank, &ledger, &mut matcher, &mut progress, lines);
+            let json = serde_json::to_vec(&chunk).unwrap();
+            let _: () = c.set(format!("native:part-{step}"), json).await.unwrap();
+            state = Some(progress.to_bytes());
+            step += 1;
+            continue;
+        }
+        let totals = progress.final_totals(&ledger);
+        let missing = missing_in_bank(&ledger, &progress);
+        let _: () = c
+            .set("native:missing", serde_json::to_vec(&missing).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(totals, generated.expected);
+        break step + 1;
+    };
+    let native = start.elapsed().as_secs_f64();
+
+    let runtime = Runtime::new(HostLimits::default()).unwrap();
+    let job = runtime
+        .load(&guests.join("reconciliation.wasm"))
+        .await
+        .expect("reconciliation loads");
+    let (ctx, _term) = step_context(&redis, "reconciliation").await;
+    let data = Some(dir.join("reconciliation"));
+    let start = Instant::now();
+    let mut state: Option<Vec<u8>> = None;
+    let mut step = 0u32;
+    let wasm_result = loop {
+        let out = runtime
+            .run_step(
+                &job,
+                ctx_clone(&ctx, data.clone()),
+                &run_info(period),
+                step,
+                state.as_deref(),
+            )
+            .await;
+        match out {
+            Ok(StepOutcome::Continue(s)) => {
+                state = Some(s);
+                step += 1;
+            }
+            Ok(StepOutcome::Done) => break Ok(step + 1),
+            Err(e) => break Err(e),
+        }
+    };
+    let wasm = start.elapsed().as_secs_f64();
+    match wasm_result {
+        Ok(steps) => {
+            assert_eq!(steps, native_steps);
+            rows.push(row(
+                &format!(
+                    "reconciliation of {} statement lines ({steps} steps)",
+                    o.rows
+                ),
+                format!("wasm {wasm:.1} s ({:.2}× native)", wasm / native),
+                &format!("native (same recon-core code, same writes) {native:.1} s"),
+                "≤ 1.5 × native",
+                Some(wasm <= 1.5 * native),
+            ));
+        }
+        Err(e) => rows.push(row(
+            &format!("reconciliation of {} statement lines", o.rows),
+            format!("wasm failed at step {step}: {e}"),
+            &format!("native {native:.1} s"),
+            "≤ 1.5 × native",
+            Some(false),
+        )),
+    }
+}
+
+/// CPU seconds and resident memory of a process, from /proc.
+fn cpu_and_rss(pid: u32) -> (f64, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|x| x.1)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields
+        .get(11)
+        .and_then(|f| f.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        + fields
+            .get(12)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rss_kb = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    (ticks / 100.0, rss_kb * 1024)
+}
+
+/// `INFO commandstats`: calls per command.
+async fn command_calls(
+    c: &mut redis::aio::MultiplexedConnection,
+) -> std::collections::BTreeMap<String, u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(c)
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("cmdstat_")?;
+            let (name, stats) = rest.split_once(':')?;
+            let calls = stats
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("calls="))?
+                .parse()
+                .ok()?;
+            Some((name.to_string(), calls))
+        })
+        .collect()
+}
+
+async fn scale(guests: &Path, o: &Options, rows: &mut Vec<Row>) {
+    let n = o.jobs;
+    eprintln!("{n} jobs across 3 replicas");
+    let redis = RedisServer::start().await;
+    let dir = TempDir::new("bench-scale");
+    let jobs = dir.join("jobs");
+    std::fs::create_dir_all(&jobs).unwrap();
+    // One component serving n jobs, each named by its sidecar.
+    place(&guests.join("benchjob.wasm"), &jobs.join("b00000.wasm"));
+    for i in 0..n {
+        if i > 0 {
+            std::os::unix::fs::symlink("b00000.wasm", jobs.join(format!("b{i:05}.wasm"))).unwrap();
+        }
+        std::fs::write(
+            jobs.join(format!("b{i:05}.toml")),
+            format!("name = \"bench-{i:05}\"\n"),
+        )
+        .unwrap();
+    }
+    let heartbeat = 2.0;
+    let hosts: Vec<HostProcess> = (0..3)
+        .map(|i| {
+            let cache = dir.join("cache");
+            start_node(
+                &redis.url(),
+                &jobs,
+                &format!("n{i}"),
+                ("10s", "2s"),
+                &["--cache-dir", cache.to_str().unwrap()],
+            )
+        })
+        .collect();
+    let mut c = redis.conn().await;
+    let start = Instant::now();
+    loop {
+        let leases: Vec<String> = c.keys("lh:*:lease").await.unwrap();
+        let done: Vec<String> = c.keys("lh:*:last").await.unwrap();
+        if leases.len() == n && done.len() == n {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "{n} jobs never all led and ran: {} leases, {} runs",
+            leases.len(),
+            done.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let settled = start.elapsed().as_secs_f64();
+    // Steady state: measure a window of ten heartbeats.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let window = Duration::from_secs(20);
+    let calls0 = command_calls(&mut c).await;
+    let cpu0: Vec<(f64, u64)> = hosts.iter().map(|h| cpu_and_rss(h.pid())).collect();
+    tokio::time::sleep(window).await;
+    let calls1 = command_calls(&mut c).await;
+    let cpu1: Vec<(f64, u64)> = hosts.iter().map(|h| cpu_and_rss(h.pid())).collect();
+    let secs = window.as_secs_f64();
+    let delta = |name: &str| {
+        calls1.get(name).copied().unwrap_or(0) - calls0.get(name).copied().unwrap_or(0)
+    };
+    let total: u64 = calls1
+        .iter()
+        .map(|(k, v)| v - calls0.get(k).copied().unwrap_or(0))
+        .sum::<u64>()
+        - delta("info");
+    let scripts = delta("evalsha") + delta("eval");
+    let beats = secs / heartbeat;
+    let per_host_beat = total as f64 / 3.0 / beats;
+    let mut spread = std::collections::BTreeMap::new();
+    for k in c.keys::<_, Vec<String>>("lh:*:lease").await.unwrap() {
+        let owner: String = c.get(&k).await.unwrap_or_default();
+        *spread
+            .entry(owner.split(':').next().unwrap_or("").to_string())
+            .or_insert(0) += 1;
+    }
+    let cpu: Vec<String> = cpu0
+        .iter()
+        .zip(&cpu1)
+        .map(|(a, b)| format!("{:.0}%", (b.0 - a.0) / secs * 100.0))
+        .collect();
+    let rss: Vec<String> = cpu1
+        .iter()
+        .map(|(_, r)| format!("{} MiB", r >> 20))
+        .collect();
+    rows.push(row(
+        &format!("{n} jobs × 3 replicas: Redis commands per host per heartbeat (2 s)"),
+        format!(
+            "{per_host_beat:.0} ({:.0} commands/s in all, of which scripts {:.0}/s)",
+            total as f64 / secs,
+            scripts as f64 / secs
+        ),
+        "-",
+        "one round trip per host per heartbeat",
+        Some(per_host_beat <= 1.0),
+    ));
+    rows.push(row(
+        &format!("{n} jobs × 3 replicas: host CPU, memory, leadership spread"),
+        format!(
+            "CPU {} · RSS {} · leaders {:?} · all led and run in {settled:.1} s",
+            cpu.join(" / "),
+            rss.join(" / "),
+            spread
+        ),
+        "-",
+        "-",
+        None,
+    ));
+    drop(hosts);
+}
+
+async fn cold(guests: &Path, rows: &mut Vec<Row>) {
+    eprintln!("cold start");
+    let names = [
+        "reconciliation",
+        "billing",
+        "probe",
+        "ticker",
+        "stepper",
+        "spinner_a",
+        "spinner_b",
+        "spinner_c",
+        "benchjob",
+    ];
+    let redis = RedisServer::start().await;
+    let dir = TempDir::new("bench-cold");
+    let jobs = dir.join("jobs");
+    std::fs::create_dir_all(&jobs).unwrap();
+    for n in names {
+        place(
+            &guests.join(format!("{n}.wasm")),
+            &jobs.join(format!("{n}.wasm")),
+        );
+    }
+    let cache = dir.join("cache");
+    let mut startup = Vec::new();
+    for attempt in 0..3 {
+        let t0 = SystemTime::now();
+        let mut h = start_node(
+            &redis.url(),
+            &jobs,
+            "n1",
+            ("10s", "2s"),
+            &["--cache-dir", cache.to_str().unwrap()],
+        );
+        let line = h
+            .wait_for_log("node started", Duration::from_secs(120))
+            .await;
+        let ms = timestamp(&line).duration_since(t0).unwrap().as_secs_f64() * 1e3;
+        let loaded = h.log_lines_with("loaded job");
+        let fresh = loaded
+            .iter()
+            .filter(|l| l.contains("\"compiled\":\"fresh\""))
+            .count();
+        assert_eq!(fresh, if attempt == 0 { names.len() } else { 0 });
+        startup.push(ms);
+        h.terminate(Duration::from_secs(30)).await;
+    }
+    let per_job = |ms: f64| ms / names.len() as f64;
+    let cached = startup[1].min(startup[2]);
+    rows.push(row(
+        &format!(
+            "restart with {} cached jobs (process start → node started)",
+            names.len()
+        ),
+        format!("{cached:.0} ms ({:.0} ms per job)", per_job(cached)),
+        &format!(
+            "first start, compiling: {:.0} ms ({:.0} ms per job)",
+            startup[0],
+            per_job(startup[0])
+        ),
+        "< 50 ms per job",
+        Some(per_job(cached) < 50.0),
+    ));
+}
+
+#[tokio::main]
+async fn main() {
+    let o = options();
+    leasehold::redis_conn::install_tls_provider();
+    let want = |name: &str| o.only.as_deref().is_none_or(|only| only == name);
+    let guests = guests();
+    let mut rows = Vec::new();
+    let started = Instant::now();
+    if want("failover") {
+        failover(&guests, &o, &mut rows).await;
+    }
+    if want("handover") {
+        handover(&guests, &o, &mut rows).await;
+    }
+    if want("write") {
+        writes(&mut rows).await;
+    }
+    if want("guest") {
+        guest(&guests, &mut rows).await;
+    }
+    if want("recon") {
+        recon(&guests, &o, &mut rows).await;
+    }
+    if want("scale") {
+        scale(&guests, &o, &mut rows).await;
+    }
+    if want("cold") {
+        cold(&guests, &mut rows).await;
+    }
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!();
+    println!(
+        "leasehold benchmarks: {cpus} cores, {} s in all, {}",
+        started.elapsed().as_secs(),
+        chrono::Utc::now().format("%Y-%m-%d %H:%M UTC")
+    );
+    println!();
+    println!("| what | ours | reference (same run) | target | |");
+    println!("| --- | --- | --- | --- | --- |");
+    for r in &rows {
+        println!(
+            "| {} | {} | {} | {} | {} |",
+            r.what,
+            r.ours,
+            r.reference,
+            r.target,
+            verdict(r.met)
+        );
+    }
+    let _ = free_port;
+}
