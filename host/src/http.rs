@@ -462,7 +462,9 @@ mod tests {
 
     #[test]
     fn a_leader_past_its_deadline_by_more_than_the_grace_is_unhealthy() {
-        let now = Instant::now();
+        // "Now" is ten seconds ahead, so every deadline below lies after the process's clock
+        // base (terms cannot hold deadlines from before the process started).
+        let now = Instant::now() + Duration::from_secs(10);
         let fresh = Term::new(1, "n1:a".into(), now + Duration::from_secs(5));
         let late = Term::new(2, "n1:b".into(), now - Duration::from_secs(3));
         let just = Term::new(3, "n1:c".into(), now - Duration::from_millis(100));
