@@ -230,6 +230,16 @@ impl HostState {
 }
 
 impl HostState {
+    /// The checks every guest write passes before it is sent: a valid key, a value within the
+    /// job's write limit.
+    fn check_write(&self, key: &str, value: &[u8]) -> Result<(), store::WriteError> {
+        validate_key(key).map_err(store::WriteError::InvalidKey)?;
+        if value.len() as u64 > self.max_write {
+            return Err(store::WriteError::TooLarge(self.max_write));
+        }
+        Ok(())
+    }
+
     /// A fenced write's outcome as the guest sees it; a refusal is kept to explain the step's end.
     fn write_result<T>(&mut self, res: Result<T, TermWriteError>) -> Result<T, store::WriteError> {
         match res {
@@ -270,14 +280,10 @@ impl store::Host for HostState {
         key: String,
         value: Vec<u8>,
     ) -> wasmtime::Result<Result<(), store::WriteError>> {
-        let max_write = self.max_write;
+        if let Err(e) = self.check_write(&key, &value) {
+            return Ok(Err(e));
+        }
         let ctx = self.step()?;
-        if let Err(reason) = validate_key(&key) {
-            return Ok(Err(store::WriteError::InvalidKey(reason)));
-        }
-        if value.len() as u64 > max_write {
-            return Ok(Err(store::WriteError::TooLarge(max_write)));
-        }
         let writes = [(ctx.keys.data(&key), value.as_slice())];
         let who = (ctx.job.as_str(), ctx.node.as_str());
         let res =
@@ -290,14 +296,10 @@ impl store::Host for HostState {
         key: String,
         value: Vec<u8>,
     ) -> wasmtime::Result<Result<bool, store::WriteError>> {
-        let max_write = self.max_write;
+        if let Err(e) = self.check_write(&key, &value) {
+            return Ok(Err(e));
+        }
         let ctx = self.step()?;
-        if let Err(reason) = validate_key(&key) {
-            return Ok(Err(store::WriteError::InvalidKey(reason)));
-        }
-        if value.len() as u64 > max_write {
-            return Ok(Err(store::WriteError::TooLarge(max_write)));
-        }
         let who = (ctx.job.as_str(), ctx.node.as_str());
         let key = ctx.keys.data(&key);
         let res =
