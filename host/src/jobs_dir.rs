@@ -280,7 +280,11 @@ pub fn watch(dir: &Path) -> (Option<notify::RecommendedWatcher>, mpsc::Receiver<
     use notify::Watcher as _;
     let (tx, rx) = mpsc::channel(1);
     let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-        if res.is_ok() {
+        // Opening and reading files are events too, and a scan opens the directory: reacting to
+        // them would make every scan trigger the next one.
+        if let Ok(event) = res
+            && !matches!(event.kind, notify::EventKind::Access(_))
+        {
             // A full channel already means "scan again".
             let _ = tx.try_send(());
         }
