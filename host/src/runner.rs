@@ -11,7 +11,8 @@
 //!    period order): `done` is final; `running`/`waiting`/`pending` resume from the saved step
 //!    and checkpoint; a requested period whose record is `failed`, `missed` or `skipped` runs
 //!    again as a new attempt. Before every step it checks the term
-//!    ([`Term::still_leader`]), the pause flag and the maximum run time; after every step it saves
+//!    ([`Term::still_leader`]), the pause flag (as last read, at most a heartbeat old) and the
+//!    maximum run time; after every step it saves
 //!    the record and the checkpoint in one fenced write. A failed step is retried from the
 //!    checkpoint under the retry policy. A step is stopped as soon as the term ends (see
 //!    [`crate::runtime`]), and nothing is written after that: the next leader resumes from the
@@ -23,6 +24,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::{SecondsFormat, Utc};
@@ -80,6 +82,9 @@ pub struct Runner {
     timing: Timing,
     data_dir: Option<PathBuf>,
     keys: JobKeys,
+    /// The pause flag as last read (every round, and at each fire time or heartbeat during a
+    /// run): checked before each step without a round trip of its own.
+    paused: AtomicBool,
 }
 
 /// How a period's run ended on this node.
@@ -145,6 +150,7 @@ impl Runner {
             node,
             timing,
             data_dir,
+            paused: AtomicBool::new(false),
         }
     }
 
@@ -215,6 +221,7 @@ impl Runner {
                     continue;
                 }
             };
+            self.paused.store(state.paused.is_some(), Ordering::Relaxed);
             if let Some(why) = &state.paused {
                 if !paused_logged {
                     info!(job, node, token, paused = %why, "job paused: no step starts until it is resumed; periods that fire meanwhile are handled by the catch-up policy on resume");
@@ -336,6 +343,7 @@ impl Runner {
         let state = self
             .in_term(term, runs::state(&mut conn, &self.keys))
             .await?;
+        self.paused.store(state.paused.is_some(), Ordering::Relaxed);
         if state.paused.is_some() {
             return Ok(Vec::new());
         }
@@ -599,13 +607,9 @@ impl Runner {
                     .fail(term, version, &mut record, FailureKind::RunTimeout, why)
                     .await;
             }
-            match self.in_term(term, runs::is_paused(&mut conn, keys)).await {
-                Ok(false) => {}
-                Ok(true) => {
-                    info!(job, node, token, period = %period.id, step = record.step, "job paused before the step; the run resumes here when the job is resumed");
-                    return RunEnd::Paused;
-                }
-                Err(end) => return end,
+            if self.paused.load(Ordering::Relaxed) {
+                info!(job, node, token, period = %period.id, step = record.step, "job paused before the step; the run resumes here when the job is resumed");
+                return RunEnd::Paused;
             }
             let ctx = StepContext {
                 job: job.clone(),

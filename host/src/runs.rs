@@ -345,14 +345,6 @@ pub async fn set_paused<C: ConnectionLike + Send + Sync>(
     }
 }
 
-/// Whether the job is paused (one `EXISTS`).
-pub async fn is_paused<C: ConnectionLike + Send + Sync>(
-    conn: &mut C,
-    keys: &JobKeys,
-) -> redis::RedisResult<bool> {
-    conn.exists(keys.paused()).await
-}
-
 /// Every run record of the job, newest period first (one `SCAN` of the job's run keys).
 pub async fn history<C: ConnectionLike + Send + Sync>(
     conn: &mut C,
