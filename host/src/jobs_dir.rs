@@ -133,19 +133,15 @@ impl JobsDir {
         self.files.retain(|p, _| listed.iter().any(|(q, _)| q == p));
         let mut scan = Scan::default();
         for (path, fp) in &listed {
-            let state = self.files.entry(path.clone()).or_insert_with(|| FileState {
+            let fresh = || FileState {
                 fingerprint: *fp,
                 first_seen: now,
                 outcome: None,
                 conflict_logged: false,
-            });
+            };
+            let state = self.files.entry(path.clone()).or_insert_with(fresh);
             if state.fingerprint != *fp {
-                *state = FileState {
-                    fingerprint: *fp,
-                    first_seen: now,
-                    outcome: None,
-                    conflict_logged: false,
-                };
+                *state = fresh();
             }
             if state.outcome.is_some() {
                 continue;

@@ -269,9 +269,4 @@ impl Metrics {
             })
             .inc();
     }
-
-    /// Forgets a job's per-job series (the job was removed from this node).
-    pub fn forget(&self, name: &str) {
-        self.leader.remove(&job(name));
-    }
 }

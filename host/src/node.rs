@@ -104,11 +104,16 @@ impl Host {
 
     /// Makes the served jobs match a scan of the jobs directory.
     async fn apply(&mut self, scan: Scan) {
+        let Scan {
+            jobs,
+            refused,
+            settling,
+        } = scan;
         let node = self.cfg.node_id.clone();
         let removed: Vec<String> = self
             .jobs
             .keys()
-            .filter(|n| !scan.jobs.contains_key(*n))
+            .filter(|n| !jobs.contains_key(*n))
             .cloned()
             .collect();
         for name in removed {
@@ -117,7 +122,7 @@ impl Host {
             self.stop(vec![handle]).await;
             info!(job = %name, node = %node, "job stopped");
         }
-        for (name, job) in scan.jobs.clone() {
+        for (name, job) in jobs {
             match self.jobs.get_mut(&name) {
                 Some(h) if h.job.hash == job.hash && h.job.sidecar == job.sidecar => {}
                 Some(h) if h.job.hash == job.hash => {
@@ -135,7 +140,7 @@ impl Host {
         }
         let metrics = crate::metrics::get();
         metrics.jobs.set(self.jobs.len() as i64);
-        metrics.refused_files.set(scan.refused.len() as i64);
+        metrics.refused_files.set(refused.len() as i64);
         self.catalog.send_replace(Catalog {
             jobs: self
                 .jobs
@@ -150,9 +155,9 @@ impl Host {
                     )
                 })
                 .collect(),
-            refused: scan.refused,
+            refused,
             // Ready once the files present at start have settled and loaded (or been refused).
-            started: self.catalog.borrow().started || !scan.settling,
+            started: self.catalog.borrow().started || !settling,
         });
     }
 

@@ -284,11 +284,16 @@ pub fn start_node(
 pub fn run_leasehold<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> std::process::Output {
     let mut cmd = Command::new(leasehold_bin());
     cmd.args(args).env_remove("LEASEHOLD_REDIS_URL");
+    output_within(cmd)
+}
+
+/// Runs a prepared command to completion; it must exit within 30 s.
+pub fn output_within(mut cmd: Command) -> std::process::Output {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || tx.send(cmd.output()));
     rx.recv_timeout(Duration::from_secs(30))
-        .expect("leasehold did not exit within 30 s")
-        .expect("running leasehold")
+        .expect("the command did not exit within 30 s")
+        .expect("running the command")
 }
 
 /// The `leasehold` binary under test.

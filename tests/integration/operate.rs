@@ -616,7 +616,7 @@ fn the_compose_file_runs_through_the_binarys_config_validation() {
             assert!(!v.contains("${"), "{name}: uninterpolated {v}");
             cmd.env(k.as_str().unwrap(), v);
         }
-        let out = cmd.output().unwrap();
+        let out = crate::harness::output_within(cmd);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success(),
@@ -855,7 +855,7 @@ async fn rediss_urls_work_with_a_trusted_ca_and_an_untrusted_server_is_refused()
         cmd.args(args)
             .env_remove("SSL_CERT_FILE")
             .env_remove("SSL_CERT_DIR");
-        let out = cmd.output().unwrap();
+        let out = crate::harness::output_within(cmd);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{err}");
         assert!(
