@@ -7,25 +7,36 @@
 //! cargo bench --bench leasehold -- --trials 5 --rows 200000 --jobs 300
 //! ```
 //!
-//! It starts what it needs: `redis-server` on a free port, real `leasehold` processes (the
-//! release binary), and the job components built with `--release` for wasm32-wasip2. Every row
-//! puts our figure beside its target and, where one can be measured in the same run, its
-//! reference. Figures are wall-clock times on the machine that runs it.
-
-#[allow(dead_code)]
-#[path = "../../tests/integration/harness.rs"]
-mod harness;
+//! It starts what it needs through the `leasehold-harness` crate, as the integration tests do:
+//! `redis-server`s of its own, real `leasehold` processes (the release binary), and, as its
+//! first step, the job components built with `--release` for wasm32-wasip2. Every row puts our
+//! figure beside its target and, where one can be measured in the same run, its reference.
+//! Figures are wall-clock times on the machine that runs it.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
-use harness::{HostProcess, RedisServer, TempDir, free_port, repo_root, start_node};
 use leasehold::keys::JobKeys;
 use leasehold::runtime::{RunInfo, Runtime, StepContext, StepOutcome};
 use leasehold::spec::HostLimits;
 use leasehold::term::Term;
+use leasehold_harness::guests::Profile;
+use leasehold_harness::{HostProcess, RedisServer, TempDir, fixtures};
 use redis::AsyncCommands;
+
+/// The `leasehold` binary built with this benchmark (the release profile under `cargo bench`).
+const LEASEHOLD: &str = env!("CARGO_BIN_EXE_leasehold");
+
+/// Starts `leasehold run` as node `node` ([`HostProcess::start_node`] with [`LEASEHOLD`]).
+fn start_node(
+    redis_url: &str,
+    jobs: &Path,
+    node: &str,
+    timing: (&str, &str),
+    extra: &[&str],
+) -> HostProcess {
+    HostProcess::start_node(Path::new(LEASEHOLD), redis_url, jobs, node, timing, extra)
+}
 
 /// One row of the table.
 struct Row {
@@ -97,26 +108,11 @@ fn options() -> Options {
     o
 }
 
-/// The release guests, built once.
+/// The release guests, built once, before anything is measured.
 fn guests() -> PathBuf {
-    let target = repo_root().join("target").join("guests");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .current_dir(repo_root().join("guest-jobs"))
-        .args([
-            "build",
-            "--release",
-            "--target",
-            "wasm32-wasip2",
-            "--target-dir",
-        ])
-        .arg(&target)
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        .env_remove("RUSTFLAGS")
-        .status()
-        .expect("building the guests");
-    assert!(status.success(), "building the guests failed");
-    target.join("wasm32-wasip2").join("release")
+    leasehold_harness::guests::build(Profile::Release)
+        .dir()
+        .to_path_buf()
 }
 
 /// Copies `src` to `dst` with a modification time in the past, so the host loads it at once.
@@ -504,12 +500,10 @@ async fn recon(guests: &Path, o: &Options, rows: &mut Vec<Row>) {
     };
     eprintln!("reconciliation of {} statement lines", o.rows);
     let period = "2026-11-27";
-    let generated = recon_core::generate_on(o.rows, 7, recon_core::parse_date(period).unwrap());
     let dir = TempDir::new("bench-recon");
+    let generated =
+        fixtures::write_generated_day(&dir.0, "reconciliation", period, o.rows, 7).unwrap();
     let day = dir.join(&format!("reconciliation/{period}"));
-    std::fs::create_dir_all(&day).unwrap();
-    std::fs::write(day.join("bank.csv"), &generated.bank_csv).unwrap();
-    std::fs::write(day.join("ledger.csv"), &generated.ledger_csv).unwrap();
     let redis = RedisServer::start().await;
 
     // Native: the guest's steps, with the same recon-core code and the same writes (plain SET).
@@ -881,5 +875,4 @@ async fn main() {
             verdict(r.met)
         );
     }
-    let _ = free_port;
 }

@@ -9,23 +9,22 @@
 //! The demo reads the replicas' JSON logs to follow what happens; it never sleeps a fixed time
 //! to "let things settle": every wait is for an event, with a deadline.
 
-use std::fs::File;
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow, bail};
+use leasehold_harness::fixtures::{self, Totals};
+use leasehold_harness::{HostProcess, RedisConfig, RedisServer, TempDir};
 use redis::AsyncCommands;
 use serde_json::Value;
 
-use crate::fence::{self, FenceError};
-use crate::keys::JobKeys;
-use crate::runs::{self, RunStatus};
+use leasehold::fence::{self, FenceError};
+use leasehold::keys::JobKeys;
+use leasehold::runs::{self, RunStatus};
 
 /// The day the demo reconciles.
-pub const DEMO_PERIOD: &str = "2026-11-27";
+pub(crate) const DEMO_PERIOD: &str = "2026-11-27";
 const JOB: &str = "reconciliation";
 const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
 const TTL: &str = "2s";
@@ -34,7 +33,7 @@ const WAIT: Duration = Duration::from_secs(120);
 
 /// Options of `leasehold demo`.
 #[derive(Clone, Debug)]
-pub struct DemoOptions {
+pub(crate) struct DemoOptions {
     /// The reconciliation component.
     pub job: PathBuf,
     /// Use this Redis instead of starting one (it must not hold the demo day already).
@@ -43,21 +42,19 @@ pub struct DemoOptions {
     pub rows: usize,
 }
 
+/// One replica: a `leasehold run` process (the harness's [`HostProcess`]: JSON logs kept in
+/// memory, signals, woken and killed on drop).
 struct Replica {
     node: &'static str,
-    child: Child,
-    log: PathBuf,
+    host: HostProcess,
 }
 
 impl Replica {
     fn events(&self) -> Vec<Value> {
-        let Ok(f) = File::open(&self.log) else {
-            return Vec::new();
-        };
-        BufReader::new(f)
-            .lines()
-            .map_while(Result::ok)
-            .filter_map(|l| serde_json::from_str(&l).ok())
+        self.host
+            .log()
+            .iter()
+            .filter_map(|l| serde_json::from_str(l).ok())
             .collect()
     }
 
@@ -74,42 +71,15 @@ impl Replica {
             .filter(|e| e["message"] == message)
             .count()
     }
-
-    fn signal(&self, sig: &str) -> anyhow::Result<()> {
-        let status = Command::new("kill")
-            .args([sig, &self.child.id().to_string()])
-            .status()
-            .context("running kill")?;
-        if !status.success() {
-            bail!("kill {sig} {} failed", self.child.id());
-        }
-        Ok(())
-    }
 }
 
+/// The demo's processes and files; dropped in this order: the replicas (woken and killed), the
+/// Redis the demo started, then the working directory.
 struct Demo {
     started: Instant,
-    dir: PathBuf,
     replicas: Vec<Replica>,
-    redis: Option<Child>,
-}
-
-impl Drop for Demo {
-    fn drop(&mut self) {
-        for r in &mut self.replicas {
-            let _ = Command::new("kill")
-                .args(["-CONT", &r.child.id().to_string()])
-                .stderr(Stdio::null())
-                .status();
-            let _ = r.child.kill();
-            let _ = r.child.wait();
-        }
-        if let Some(redis) = &mut self.redis {
-            let _ = redis.kill();
-            let _ = redis.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+    redis: Option<RedisServer>,
+    dir: TempDir,
 }
 
 impl Demo {
@@ -157,120 +127,74 @@ impl Demo {
     }
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-async fn start_redis(dir: &Path) -> anyhow::Result<(Child, String)> {
-    let port = free_port()?;
-    let child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("cannot start redis-server (install it, or pass --redis-url)")?;
-    let url = format!("redis://127.0.0.1:{port}");
-    let client = redis::Client::open(url.as_str())?;
-    let start = Instant::now();
-    loop {
-        if let Ok(mut c) = client.get_multiplexed_async_connection().await
-            && redis::cmd("PING")
-                .query_async::<String>(&mut c)
-                .await
-                .is_ok()
-        {
-            return Ok((child, url));
-        }
-        if start.elapsed() > Duration::from_secs(10) {
-            bail!("redis-server on port {port} did not answer within 10s");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// Runs the demo; prints the narration on stdout.
-pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
+pub(crate) async fn run(opts: DemoOptions) -> anyhow::Result<()> {
     if !opts.job.is_file() {
         bail!(
             "the reconciliation component {} does not exist: build the guests first (`./dev demo` does), or pass --job",
             opts.job.display()
         );
     }
-    let dir = std::env::temp_dir().join(format!("leasehold-demo-{}", uuid::Uuid::new_v4()));
-    let day = dir.join("data").join(JOB).join(DEMO_PERIOD);
-    std::fs::create_dir_all(&day)?;
-    std::fs::create_dir_all(dir.join("jobs"))?;
     let mut demo = Demo {
         started: Instant::now(),
-        dir: dir.clone(),
         replicas: Vec::new(),
         redis: None,
+        dir: TempDir::create("leasehold-demo")?,
     };
-    std::fs::copy(&opts.job, dir.join("jobs").join("reconciliation.wasm"))
+    let (jobs, data) = (demo.dir.join("jobs"), demo.dir.join("data"));
+    std::fs::create_dir_all(&jobs)?;
+    std::fs::copy(&opts.job, jobs.join("reconciliation.wasm"))
         .with_context(|| format!("copying {}", opts.job.display()))?;
 
-    let date = recon_core::parse_date(DEMO_PERIOD).expect("valid demo date");
-    let generated = recon_core::generate_on(opts.rows, 2026, date);
-    std::fs::write(day.join("bank.csv"), &generated.bank_csv)?;
-    std::fs::write(day.join("ledger.csv"), &generated.ledger_csv)?;
+    let generated = fixtures::write_generated_day(&data, JOB, DEMO_PERIOD, opts.rows, 2026)?;
 
     let url = match &opts.redis_url {
         Some(u) => u.clone(),
         None => {
-            let (child, url) = start_redis(&dir).await?;
-            demo.redis = Some(child);
+            let redis = RedisServer::try_start_with(RedisConfig::new().dir(demo.dir.path()))
+                .await
+                .context("cannot start redis-server (install it, or pass --redis-url)")?;
+            let url = redis.url();
+            demo.redis = Some(redis);
             url
         }
     };
     let mut conn =
-        crate::redis_conn::connect(&url, Duration::from_secs(2), Some(Duration::from_secs(10)))
+        leasehold::redis_conn::connect(&url, Duration::from_secs(2), Some(Duration::from_secs(10)))
             .await?;
     let keys = JobKeys::new(JOB);
     if runs::read(&mut conn, &keys, DEMO_PERIOD).await?.is_some() {
         bail!(
             "{} already has a run of {JOB} for {DEMO_PERIOD}; give the demo an empty database",
-            crate::redis_conn::redact(&url)
+            leasehold::redis_conn::redact(&url)
         );
     }
     demo.say(&format!("Redis at {}. The day to reconcile: {DEMO_PERIOD}, a generated bank statement of {} lines against a ledger of {}.",
-        crate::redis_conn::redact(&url), generated.expected.bank_lines, generated.expected.ledger_lines));
+        leasehold::redis_conn::redact(&url), generated.expected.bank_lines, generated.expected.ledger_lines));
 
     let exe = std::env::current_exe().context("locating the leasehold binary")?;
     for node in NODES {
-        let log = dir.join(format!("{node}.log"));
-        let child = Command::new(&exe)
-            .args([
-                "run",
-                "--redis-url",
-                &url,
-                "--node-id",
-                node,
-                "--lease-ttl",
-                TTL,
-                "--heartbeat",
-                HEARTBEAT,
-            ])
-            .arg("--jobs-dir")
-            .arg(dir.join("jobs"))
-            .arg("--data-dir")
-            .arg(dir.join("data"))
-            .env("LEASEHOLD_LOG_FORMAT", "json")
-            .env("LEASEHOLD_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(File::create(&log)?)
-            .spawn()
+        let mut args: Vec<OsString> = [
+            "run",
+            "--redis-url",
+            &url,
+            "--node-id",
+            node,
+            "--lease-ttl",
+            TTL,
+            "--heartbeat",
+            HEARTBEAT,
+            "--jobs-dir",
+        ]
+        .into_iter()
+        .map(OsString::from)
+        .collect();
+        args.push(jobs.clone().into());
+        args.push("--data-dir".into());
+        args.push(data.clone().into());
+        let host = HostProcess::try_start(&exe, &args, &[("LEASEHOLD_LOG", "info")])
             .context("starting a replica")?;
-        demo.replicas.push(Replica { node, child, log });
+        demo.replicas.push(Replica { node, host });
     }
     demo.say(&format!("Started three replicas of the reconciliation service: {}. Lease {TTL}, renewed every {HEARTBEAT}.", NODES.join(", ")));
 
@@ -287,7 +211,7 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
     })
     .await?;
     demo.say(&format!("{name_a} finished steps 0 to 2; after each one the host saved the run's state as a fenced checkpoint."));
-    demo.replicas[a].signal("-STOP")?;
+    demo.replicas[a].host.signal("-STOP")?;
     demo.say(&format!("Freezing {name_a} with SIGSTOP in the middle of its next step, as a long GC pause or a stalled VM would."));
 
     let (b, token_b, _) = demo.until("a new leader", |d| d.leader(Some(a))).await?;
@@ -300,7 +224,7 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
         .await?;
     demo.say(&format!("{name_b} resumes the run at step {} from the checkpoint {name_a} wrote with token {token_a}; nothing done is redone.", resumed["step"]));
 
-    demo.replicas[a].signal("-CONT")?;
+    demo.replicas[a].host.signal("-CONT")?;
     demo.say(&format!(
         "Waking {name_a}. It still believes it is running a step of term {token_a}."
     ));
@@ -349,7 +273,7 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let done_node = crate::elector::owner_node(&done.node).to_string();
+    let done_node = leasehold::elector::owner_node(&done.node).to_string();
     demo.say(&format!(
         "{done_node} finished the run: {} steps, run record `done` written with token {}.",
         done.step, done.token
@@ -360,7 +284,7 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
         .await?;
     let summary: Value =
         serde_json::from_str(&summary.ok_or_else(|| anyhow!("no report for {DEMO_PERIOD}"))?)?;
-    let totals: recon_core::Totals = serde_json::from_value(summary["totals"].clone())?;
+    let totals: Totals = serde_json::from_value(summary["totals"].clone())?;
     let text: Option<String> = conn
         .get(keys.data(&format!("report/{DEMO_PERIOD}/text")))
         .await?;
@@ -377,10 +301,10 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
     ));
 
     for r in &demo.replicas {
-        let _ = r.signal("-TERM");
+        let _ = r.host.signal("-TERM");
     }
     for r in &mut demo.replicas {
-        let _ = r.child.wait();
+        let _ = r.host.wait();
     }
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! Leader election for one job: `run = campaign → lead (renew) → step down`, forever.
 //!
-//! **States** (DESIGN §2): CANDIDATE → LEADER when the acquire script grants the lease;
+//! **States**: CANDIDATE → LEADER when the acquire script grants the lease;
 //! CANDIDATE → FOLLOWER when another owner holds it; FOLLOWER → CANDIDATE when the observed
 //! lease time runs out; LEADER → LEADER on every successful renewal; LEADER → CANDIDATE when a
 //! renewal says the lease is gone, when the local deadline passes without a successful renewal,
@@ -35,6 +35,7 @@ use tokio::sync::Notify;
 
 use redis::aio::ConnectionManager;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::config::{Timing, show};
@@ -149,14 +150,14 @@ pub struct Elector {
 }
 
 /// Subscribes to every job's release channel and wakes the elector registered for the channel
-/// in `jobs` on each notice, until `stop` turns true. Reconnects after a lost connection.
+/// in `jobs` on each notice, until `stop` is cancelled. Reconnects after a lost connection.
 pub async fn listen_for_releases(
     client: redis::Client,
     jobs: ReleaseNotices,
-    mut stop: watch::Receiver<bool>,
+    stop: CancellationToken,
 ) {
     let mut warned = false;
-    while !*stop.borrow() {
+    while !stop.is_cancelled() {
         let listen = async {
             let mut pubsub = client.get_async_pubsub().await?;
             // One pattern for every job, so jobs added later need no new subscription.
@@ -183,11 +184,11 @@ pub async fn listen_for_releases(
                     warned = true;
                 }
             }
-            _ = stop.wait_for(|s| *s) => return,
+            _ = stop.cancelled() => return,
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-            _ = stop.wait_for(|s| *s) => return,
+            _ = stop.cancelled() => return,
         }
     }
 }
@@ -199,13 +200,13 @@ enum Ended {
 }
 
 impl Elector {
-    /// Campaigns until `resign` turns true; then releases the lease if held and publishes
+    /// Campaigns until `resign` is cancelled; then releases the lease if held and publishes
     /// [`Role::Stopped`].
     pub async fn run(
         self,
         mut conn: ConnectionManager,
         role: watch::Sender<Role>,
-        mut resign: watch::Receiver<bool>,
+        resign: CancellationToken,
     ) {
         let Timing {
             lease_ttl,
@@ -226,7 +227,7 @@ impl Elector {
                 *since = Some(Instant::now());
             }
         };
-        while !*resign.borrow() {
+        while !resign.is_cancelled() {
             let owner = format!("{node}:{}", uuid::Uuid::new_v4());
             let sent = Instant::now();
             let acquired = tokio::time::timeout(
@@ -237,11 +238,11 @@ impl Elector {
             let wait = match acquired {
                 Ok(Ok(Acquired::Granted { token })) => {
                     let term = Term::new(token, owner.clone(), sent + self.timing.leader_window());
-                    info!(job, node, token, owner = %owner, ttl = %show(lease_ttl), sent_ms = mono_ms(sent), deadline_ms = term.deadline_ms(), "became leader");
+                    info!(token, owner = %owner, ttl = %show(lease_ttl), sent_ms = mono_ms(sent), deadline_ms = term.deadline_ms(), "became leader");
                     role.send_replace(Role::Leader(term.clone()));
                     leader_known(true, &mut leaderless_since);
                     metrics.became_leader(job, token);
-                    let ended = self.lead(&mut conn, &term, &mut resign).await;
+                    let ended = self.lead(&mut conn, &term, &resign).await;
                     term.end();
                     metrics.stopped_leading(job);
                     leader_known(false, &mut leaderless_since);
@@ -253,16 +254,14 @@ impl Elector {
                             )
                             .await;
                             match released {
-                                Ok(Ok(true)) => info!(job, node, token, "released lease"),
+                                Ok(Ok(true)) => info!(token, "released lease"),
                                 Ok(Ok(false)) => {
-                                    info!(job, node, token, "lease was no longer ours at release")
+                                    info!(token, "lease was no longer ours at release")
                                 }
                                 Ok(Err(e)) => {
-                                    warn!(job, node, token, "releasing lease failed: {e}")
+                                    warn!(token, "releasing lease failed: {e}")
                                 }
                                 Err(_) => warn!(
-                                    job,
-                                    node,
                                     token,
                                     "releasing lease timed out after {}",
                                     show(redis_timeout)
@@ -272,8 +271,6 @@ impl Elector {
                         }
                         Ended::Lost(why) => {
                             warn!(
-                                job,
-                                node,
                                 token,
                                 at_ms = mono_ms(Instant::now()),
                                 "stopped leading: {why}"
@@ -291,7 +288,7 @@ impl Elector {
                     let changed =
                         !matches!(&*role.borrow(), Role::Follower { leader } if *leader == holder);
                     if changed {
-                        info!(job, node, leader = %holder, "following");
+                        info!(leader = %holder, "following");
                         role.send_replace(Role::Follower { leader: holder });
                     }
                     match ttl {
@@ -301,21 +298,19 @@ impl Elector {
                                 + Duration::from_millis(1)
                         }
                         None => {
-                            warn!(job, node, key = %self.keys.lease(), "the lease key has no expiry (set by hand?); campaigning every heartbeat until it is gone");
+                            warn!(key = %self.keys.lease(), "the lease key has no expiry (set by hand?); campaigning every heartbeat until it is gone");
                             heartbeat
                         }
                     }
                 }
                 Ok(Err(e)) => {
-                    warn!(job, node, "campaign failed: {e}");
+                    warn!("campaign failed: {e}");
                     leader_known(false, &mut leaderless_since);
                     role.send_replace(Role::Candidate);
                     heartbeat
                 }
                 Err(_) => {
                     warn!(
-                        job,
-                        node,
                         "campaign failed: no reply from redis within {}",
                         show(redis_timeout)
                     );
@@ -329,7 +324,7 @@ impl Elector {
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = self.released.notified() => {}
-                _ = resign.wait_for(|r| *r) => {}
+                _ = resign.cancelled() => {}
             }
         }
         role.send_replace(Role::Stopped);
@@ -344,7 +339,7 @@ impl Elector {
         )
         .await;
         if let Ok(Ok(true)) = released {
-            info!(job = %self.job, node = %self.node, "gave back a lease Redis still held for a term that had ended");
+            info!("gave back a lease Redis still held for a term that had ended");
         }
     }
 
@@ -353,7 +348,7 @@ impl Elector {
         &self,
         conn: &mut ConnectionManager,
         term: &Term,
-        resign: &mut watch::Receiver<bool>,
+        resign: &CancellationToken,
     ) -> Ended {
         let Timing {
             lease_ttl,
@@ -361,11 +356,11 @@ impl Elector {
             redis_timeout,
             ..
         } = self.timing;
-        let (job, node, token) = (self.job.as_str(), self.node.as_str(), term.token());
+        let (job, token) = (self.job.as_str(), term.token());
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(heartbeat) => {}
-                _ = resign.wait_for(|r| *r) => return Ended::Resigned,
+                _ = resign.cancelled() => return Ended::Resigned,
                 _ = term.ended() => return Ended::Lost(ended_reason(term)),
             }
             let sent = Instant::now();
@@ -374,11 +369,11 @@ impl Elector {
                     Ok(Ok(true)) => {
                         term.extend(sent + self.timing.leader_window());
                         crate::metrics::get().renewed(job, sent.elapsed());
-                        debug!(job, node, token, sent_ms = mono_ms(sent), deadline_ms = term.deadline_ms(), "renewed");
+                        debug!(token, sent_ms = mono_ms(sent), deadline_ms = term.deadline_ms(), "renewed");
                     }
                     Ok(Ok(false)) => return Ended::Lost("the lease is no longer ours".into()),
-                    Ok(Err(e)) => warn!(job, node, token, sent_ms = mono_ms(sent), deadline_ms = term.deadline_ms(), "renewal failed: {e}"),
-                    Err(_) => warn!(job, node, token, sent_ms = mono_ms(sent), deadline_ms = term.deadline_ms(), "renewal got no reply within {}", show(redis_timeout)),
+                    Ok(Err(e)) => warn!(token, sent_ms = mono_ms(sent), deadline_ms = term.deadline_ms(), "renewal failed: {e}"),
+                    Err(_) => warn!(token, sent_ms = mono_ms(sent), deadline_ms = term.deadline_ms(), "renewal got no reply within {}", show(redis_timeout)),
                 },
                 _ = term.ended() => return Ended::Lost(ended_reason(term)),
             }

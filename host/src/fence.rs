@@ -233,21 +233,33 @@ pub enum TermWriteError {
     Redis(redis::RedisError),
 }
 
+/// One write of a term: the keys to set and to delete, atomically, and whether it only
+/// creates (sets nothing if a key to set exists).
+#[derive(Clone, Copy)]
+struct TermWrite<'a> {
+    sets: &'a [(String, &'a [u8])],
+    deletes: &'a [String],
+    create: bool,
+}
+
 /// The one way a term writes (runner and guest alike): refused locally once `term` has ended
 /// (I3), abandoned if the term ends while waiting for Redis, and a refusal by the fence ends
 /// the term at once. Emits a `fenced write` debug event with the send time and the term's
-/// deadline on the monotonic clock and the outcome, for history checks.
+/// deadline on the monotonic clock and the outcome, for history checks; the job and node
+/// come from the caller's `job` span (see [`crate::logging`]).
 pub async fn write_in_term<C: ConnectionLike>(
     conn: &mut C,
     keys: &JobKeys,
     term: &Term,
-    who: (&str, &str),
-    writes: &[(String, &[u8])],
+    sets: &[(String, &[u8])],
     deletes: &[String],
 ) -> Result<(), TermWriteError> {
-    term_write(conn, keys, term, who, writes, deletes, false)
-        .await
-        .map(|_| ())
+    let write = TermWrite {
+        sets,
+        deletes,
+        create: false,
+    };
+    term_write(conn, keys, term, write).await.map(|_| ())
 }
 
 /// [`write_in_term`] in create mode: sets `key` only if it does not exist. `Ok(false)`: it
@@ -256,21 +268,27 @@ pub async fn create_in_term<C: ConnectionLike>(
     conn: &mut C,
     keys: &JobKeys,
     term: &Term,
-    who: (&str, &str),
     key: String,
     value: &[u8],
 ) -> Result<bool, TermWriteError> {
-    term_write(conn, keys, term, who, &[(key, value)], &[], true).await
+    let sets = [(key, value)];
+    let write = TermWrite {
+        sets: &sets,
+        deletes: &[],
+        create: true,
+    };
+    term_write(conn, keys, term, write).await
 }
 
 async fn term_write<C: ConnectionLike>(
     conn: &mut C,
     keys: &JobKeys,
     term: &Term,
-    (job, node): (&str, &str),
-    writes: &[(String, &[u8])],
-    deletes: &[String],
-    create: bool,
+    TermWrite {
+        sets: writes,
+        deletes,
+        create,
+    }: TermWrite<'_>,
 ) -> Result<bool, TermWriteError> {
     let token = term.token();
     let sent_ms = mono_ms(std::time::Instant::now());
@@ -288,14 +306,12 @@ async fn term_write<C: ConnectionLike>(
             Some(Ok(applied)) => Ok(applied),
             Some(Err(FenceError::Refused(refusal))) => {
                 tracing::warn!(
-                    job,
-                    node,
                     token,
                     key = first_key,
                     "write refused: {refusal}; stepping down"
                 );
                 term.end();
-                crate::metrics::get().fence_refused(job);
+                crate::metrics::get().fence_refused(keys.job());
                 Err(TermWriteError::Refused(refusal))
             }
             Some(Err(FenceError::Redis(e))) => Err(TermWriteError::Redis(e)),
@@ -310,8 +326,6 @@ async fn term_write<C: ConnectionLike>(
         Err(TermWriteError::Redis(_)) => "unavailable",
     };
     tracing::debug!(
-        job,
-        node,
         token,
         key = first_key,
         keys = writes.len() + deletes.len(),

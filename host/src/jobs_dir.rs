@@ -39,9 +39,9 @@ use tracing::{error, info, warn};
 use crate::runtime::{LoadedJob, Runtime};
 
 /// How long a file must stay unmodified before it is read.
-pub const SETTLE: Duration = Duration::from_millis(500);
+pub(crate) const SETTLE: Duration = Duration::from_millis(500);
 /// Scan interval when nothing reports a change.
-pub const RESCAN: Duration = Duration::from_secs(2);
+pub(crate) const RESCAN: Duration = Duration::from_secs(2);
 
 /// What identifies one version of a file without reading it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,7 +86,7 @@ enum Outcome {
 
 /// A refused file and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Refusal {
+pub(crate) struct Refusal {
     /// The file.
     pub path: PathBuf,
     /// Why, in words.
@@ -95,7 +95,7 @@ pub struct Refusal {
 
 /// The result of a scan: what to serve.
 #[derive(Default)]
-pub struct Scan {
+pub(crate) struct Scan {
     /// Job name → the version this host should serve.
     pub jobs: BTreeMap<String, Arc<LoadedJob>>,
     /// Files refused in their current version.
@@ -105,7 +105,7 @@ pub struct Scan {
 }
 
 /// The watched jobs directory.
-pub struct JobsDir {
+pub(crate) struct JobsDir {
     dir: PathBuf,
     node: String,
     files: HashMap<PathBuf, FileState>,
@@ -113,7 +113,7 @@ pub struct JobsDir {
 
 impl JobsDir {
     /// A jobs directory at `dir` (read at the first scan), watched by node `node` (a log field).
-    pub fn new(dir: &Path, node: &str) -> Self {
+    pub(crate) fn new(dir: &Path, node: &str) -> Self {
         JobsDir {
             dir: dir.to_path_buf(),
             node: node.to_string(),
@@ -123,7 +123,7 @@ impl JobsDir {
 
     /// Lists the directory, loads what settled and changed, and decides what to serve, given
     /// what is served now (`serving`).
-    pub async fn scan(
+    pub(crate) async fn scan(
         &mut self,
         runtime: &Runtime,
         serving: &BTreeMap<String, Arc<LoadedJob>>,
@@ -272,7 +272,7 @@ async fn list(dir: &Path) -> anyhow::Result<Vec<(PathBuf, Fingerprint)>> {
 /// Watches `dir` for changes: a message on the returned channel means "scan again". The
 /// watcher stops when the returned guard is dropped. `None` (with a warning) when the platform
 /// cannot watch; periodic scans still follow the directory.
-pub fn watch(dir: &Path) -> (Option<notify::RecommendedWatcher>, mpsc::Receiver<()>) {
+pub(crate) fn watch(dir: &Path) -> (Option<notify::RecommendedWatcher>, mpsc::Receiver<()>) {
     use notify::Watcher as _;
     let (tx, rx) = mpsc::channel(1);
     let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {

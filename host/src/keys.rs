@@ -1,19 +1,8 @@
 //! The Redis key layout. Every key of one job shares the hash tag `{job}`, so each script
 //! touches a single slot and works unchanged on Redis Cluster.
 //!
-//! | key | type | written by | holds |
-//! | --- | --- | --- | --- |
-//! | `lh:{job}:lease` | string, `PX` ttl | acquire / renew / release scripts | owner `node-id:uuid` of the current term |
-//! | `lh:{job}:token` | string (integer) | acquire script | the last token issued |
-//! | `lh:{job}:fence` | hash `token`, `holder` | acquire script (term start), fenced write | highest token accepted and its holder |
-//! | `lh:{job}:data:<key>` | string | fenced write (guest `store.write`) | the job's own data |
-//! | `lh:{job}:run:<period>` | string (JSON) | fenced write (runner) | the run record of one period |
-//! | `lh:{job}:ckpt:<period>` | string (bytes) | fenced write (runner), with the run record | the state the next step resumes from |
-//! | `lh:{job}:requests` | set | `leasehold trigger` | periods asked for by an operator |
-//! | `lh:{job}:open` | set | runner, after a fenced write | periods whose run is `pending`, `running` or `waiting` |
-//! | `lh:{job}:cursor` | string | fenced write (runner), with the records it accounts for | wall-clock fire time of the newest period accounted for |
-//! | `lh:{job}:last` | string | fenced write (runner), with a run's final record | period of the newest run that ended |
-//! | `lh:{job}:paused` | string | `leasehold pause` / HTTP | who paused the job and when; absent when running |
+//! The layout (key, type, writer, contents) is tabled in one place: ARCHITECTURE.md, "Redis key
+//! layout". Every key is built by a method here; change the table with the method.
 //!
 //! Channel `lh:{job}:released` (pub/sub, not a key): the release script publishes the old
 //! owner there, so followers campaign at once instead of waiting for the TTL.
@@ -34,6 +23,11 @@ impl JobKeys {
         JobKeys {
             prefix: format!("lh:{{{job}}}:"),
         }
+    }
+
+    /// The job's name.
+    pub fn job(&self) -> &str {
+        &self.prefix["lh:{".len()..self.prefix.len() - "}:".len()]
     }
 
     /// The lease: owner of the current term, expiring after the lease TTL.
@@ -123,5 +117,6 @@ mod tests {
             assert!(key.starts_with("lh:{recon}:"), "{key}");
         }
         assert_eq!(k.data("report/x"), "lh:{recon}:data:report/x");
+        assert_eq!(k.job(), "recon");
     }
 }

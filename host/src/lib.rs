@@ -7,32 +7,38 @@
 //! Where to start reading (see also `ARCHITECTURE.md`):
 //!
 //! * [`node`] — one replica: start and stop electors and runners, shut down in order;
-//!   [`jobs_dir`] — the watched jobs directory (add, replace, remove, partial writes).
+//!   `jobs_dir` — the watched jobs directory (add, replace, remove, partial writes);
+//!   `catalog` — what the node serves, as the HTTP API reads it.
 //! * [`elector`] — the per-job election state machine; [`term`] — a term and its local deadline.
 //! * [`lease`] and [`fence`] — the Redis scripts that make election and fencing atomic.
-//! * [`runner`] — drives a job's runs while leading; [`runs`] — run records and checkpoints.
-//! * [`runtime`] — the wasmtime wrapper and the host side of the `job` world (`wit/job.wit`);
-//!   [`sandbox`] — the memory budget and the guest's stderr; [`cache`] — compiled code kept.
-//! * [`spec`] — job specs, schedules and periods; [`config`] — validated timings (I4).
-//! * [`metrics`] — Prometheus metrics; [`http`] — the HTTP API (`--http`): trigger, pause, resume, run history.
-//! * [`keys`] — the Redis key layout; [`demo`] — `leasehold demo`, the narrated reference scenario.
+//! * `runner` — drives a job's runs while leading (its rules are pure functions in
+//!   `runner::decide`); [`runs`] — run records, checkpoints, requests.
+//! * [`runtime`] — the wasmtime wrapper and the host side of the `job` world (`wit/job.wit`):
+//!   engine, loading, host imports, steps, the sandbox and the compiled-code cache.
+//! * [`spec`] — job specs: limits, policies, sidecars, schedules and periods.
+//! * [`config`] — host configuration from raw values to validated ones (timings, I4; limits;
+//!   node id), every rule in one place.
+//! * [`metrics`] — Prometheus metrics; `http` — the HTTP API (`--http`); [`logging`] — human
+//!   or JSON logs, with each job's span fields on every line.
+//! * [`keys`] — the Redis key layout (the one table of it); [`redis_conn`] — connections.
+//!
+//! The command line and `leasehold demo` are modules of the binary (`src/main.rs`), not of this
+//! library. Modules without a link above are crate-private.
 
-pub mod cache;
-pub mod cli;
+mod catalog;
 pub mod config;
-pub mod demo;
 pub mod elector;
 pub mod fence;
-pub mod http;
-pub mod jobs_dir;
+mod http;
+mod jobs_dir;
 pub mod keys;
 pub mod lease;
+pub mod logging;
 pub mod metrics;
 pub mod node;
 pub mod redis_conn;
-pub mod runner;
+mod runner;
 pub mod runs;
 pub mod runtime;
-pub mod sandbox;
 pub mod spec;
 pub mod term;

@@ -1,19 +1,7 @@
 //! Prometheus metrics (`GET /metrics`, OpenMetrics text), one registry per process.
 //!
-//! | metric | type | labels | meaning |
-//! | --- | --- | --- | --- |
-//! | `leasehold_leader` | gauge | `job` | 1 while this node leads the job |
-//! | `leasehold_token` | gauge | `job` | token of this node's current (or last) term of the job |
-//! | `leasehold_leadership_transitions_total` | counter | `job`, `to` | this node became `leader` or stopped leading (`to="follower"`) |
-//! | `leasehold_renew_latency_seconds` | histogram | `job` | lease renewal round trips that got an answer |
-//! | `leasehold_without_leader_seconds_total` | counter | `job` | time this node saw the job with no leader (campaigning, lease free or unreachable) |
-//! | `leasehold_fence_refusals_total` | counter | `job` | fenced writes of this node that the fence refused |
-//! | `leasehold_step_duration_seconds` | histogram | `job`, `outcome` | job steps, by how they ended |
-//! | `leasehold_guest_traps_total` | counter | `job` | steps ended by a trap or the memory limit |
-//! | `leasehold_guest_timeouts_total` | counter | `job` | steps stopped at their time limit |
-//! | `leasehold_runs_total` | counter | `job`, `status` | runs that reached a final state here: `done`, `failed`, `missed`, `skipped` |
-//! | `leasehold_jobs` | gauge | | jobs this node serves |
-//! | `leasehold_refused_files` | gauge | | files in the jobs directory refused in their current version |
+//! The metrics, their types, labels and meaning are listed in one place: README.md, "Metrics".
+//! Adding one: register it here, add its row there, and assert it in `tests/integration/operate.rs`.
 
 use std::sync::LazyLock;
 use std::time::Duration;

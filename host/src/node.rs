@@ -4,9 +4,21 @@
 //! Stop order (I7), for a removed job and for all jobs at shutdown: stop the runners (which
 //! drops the running step and so stops the guest), *then* resign the electors (which releases
 //! the leases and tells followers at once).
+//!
+//! **Shutdown** is a tree of [`CancellationToken`]s with two roots, one for runners and one
+//! for electors, so that cancelling can never release a lease before the step is stopped:
+//! each job's runner and elector get a child token of their own (a removed job stops alone),
+//! and at shutdown every runner is cancelled and awaited before any elector is. The HTTP server
+//! and the release listener have a token of their own. Every task is spawned on a
+//! [`TaskTracker`], and every wait for a task to end is bounded: a runner that does not stop
+//! within [`STOP_GRACE`] is aborted (with a warning) before its lease is released, an elector
+//! gets two Redis timeouts to release, and the whole node waits at most [`STOP_GRACE`] for
+//! the rest.
+//!
+//! Each job's runner and elector run inside a `job` span (`job`, `node`), so their log lines
+//! carry both without naming them (see [`crate::logging`]).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,58 +26,26 @@ use anyhow::Context as _;
 use redis::aio::ConnectionManager;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tracing::{info, warn};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{Instrument as _, info, warn};
 
-use crate::config::Timing;
+use crate::catalog::{Catalog, JobView};
+use crate::config::NodeConfig;
 use crate::elector::{Elector, LeaseRuntime, ReleaseNotices, Role};
 use crate::jobs_dir::{self, JobsDir, RESCAN, SETTLE, Scan};
 use crate::keys::JobKeys;
 use crate::redis_conn;
 use crate::runner::Runner;
 use crate::runtime::{LoadedJob, Runtime};
-use crate::spec::HostLimits;
 
-/// Everything `leasehold run` is configured with, already validated.
-#[derive(Clone, Debug)]
-pub struct NodeConfig {
-    /// Redis URL (`redis://`, `rediss://`, with optional user and password).
-    pub redis_url: String,
-    /// Directory of `.wasm` job components.
-    pub jobs_dir: PathBuf,
-    /// Directory of read-only job inputs, one subfolder per job.
-    pub data_dir: Option<PathBuf>,
-    /// Directory for compiled job code (see [`crate::cache`]); none: compile at every start.
-    pub cache_dir: Option<PathBuf>,
-    /// This node's id.
-    pub node_id: String,
-    /// Lease timings.
-    pub timing: Timing,
-    /// Host limits for jobs.
-    pub limits: HostLimits,
-    /// Where the HTTP API listens, if anywhere.
-    pub http: Option<std::net::SocketAddr>,
-    /// Bearer token the HTTP API's mutating endpoints require, if set.
-    pub http_token: Option<String>,
-}
+/// Longest a stopping runner (or, at shutdown, any other task of the node) is waited for.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
 
-/// What the HTTP API sees of the node: the served jobs with their roles, and the refusals.
-#[derive(Clone, Default)]
-pub struct Catalog {
-    /// Served jobs by name.
-    pub jobs: BTreeMap<String, JobView>,
-    /// Files refused in their current version.
-    pub refused: Vec<crate::jobs_dir::Refusal>,
-    /// The first scan of the jobs directory has been applied.
-    pub started: bool,
-}
-
-/// One served job as the HTTP API sees it.
-#[derive(Clone)]
-pub struct JobView {
-    /// The version new runs use.
-    pub job: Arc<LoadedJob>,
-    /// This node's role for the job.
-    pub role: watch::Receiver<Role>,
+/// The span a job's runner and elector run in: every line they log names the job and node.
+/// At ERROR level so that it is enabled whenever any of their lines is.
+fn job_span(job: &str, node: &str) -> tracing::Span {
+    tracing::error_span!("job", job = %job, node = %node)
 }
 
 /// What a replica shares between its jobs.
@@ -79,6 +59,12 @@ struct Host {
     jobs: BTreeMap<String, JobHandle>,
     /// The served jobs, for the HTTP API.
     catalog: watch::Sender<Catalog>,
+    /// The parent of every job's runner token.
+    runners: CancellationToken,
+    /// The parent of every job's elector token (cancelled only after every runner stopped).
+    electors: CancellationToken,
+    /// Every task the node spawns.
+    tasks: TaskTracker,
 }
 
 /// One served job: its elector (lease runtime) and its runner (main runtime).
@@ -86,9 +72,9 @@ struct JobHandle {
     job: Arc<LoadedJob>,
     role: watch::Receiver<Role>,
     version: watch::Sender<Arc<LoadedJob>>,
-    stop_runner: watch::Sender<bool>,
+    stop_runner: CancellationToken,
     runner: JoinHandle<()>,
-    resign: watch::Sender<bool>,
+    resign: CancellationToken,
     elector: JoinHandle<()>,
     channel: String,
 }
@@ -189,11 +175,13 @@ impl Host {
             keys: keys.clone(),
             released,
         };
-        let (resign, resigned) = watch::channel(false);
-        let elector =
-            self.leases
-                .handle()
-                .spawn(elector.run(self.lease_conn.clone(), role_tx, resigned));
+        let resign = self.electors.child_token();
+        let elector = self.tasks.spawn_on(
+            elector
+                .run(self.lease_conn.clone(), role_tx, resign.clone())
+                .instrument(job_span(&name, node)),
+            self.leases.handle(),
+        );
         let (version, versions) = watch::channel(job.clone());
         let runner = Runner::new(
             versions,
@@ -203,8 +191,12 @@ impl Host {
             cfg.timing,
             data_dir,
         );
-        let (stop_runner, runner_stop) = watch::channel(false);
-        let runner = tokio::spawn(runner.run(role_rx, runner_stop));
+        let stop_runner = self.runners.child_token();
+        let runner = self.tasks.spawn(
+            runner
+                .run(role_rx, stop_runner.clone())
+                .instrument(job_span(&name, node)),
+        );
         self.jobs.insert(
             name,
             JobHandle {
@@ -223,15 +215,22 @@ impl Host {
     /// Stops jobs in the order of I7: every running step first, then every lease.
     async fn stop(&mut self, handles: Vec<JobHandle>) {
         for h in &handles {
-            h.stop_runner.send_replace(true);
+            h.stop_runner.cancel();
         }
         let mut electors = Vec::new();
-        for h in handles {
-            let _ = h.runner.await;
+        for mut h in handles {
+            if tokio::time::timeout(STOP_GRACE, &mut h.runner)
+                .await
+                .is_err()
+            {
+                warn!(job = %h.job.spec.name, node = %self.cfg.node_id, "the runner did not stop within {}; aborting it before the lease is released", crate::config::show(STOP_GRACE));
+                h.runner.abort();
+                let _ = h.runner.await;
+            }
             electors.push((h.resign, h.elector, h.job.spec.name.clone(), h.channel));
         }
         for (resign, _, _, _) in &electors {
-            resign.send_replace(true);
+            resign.cancel();
         }
         let limit = self.cfg.timing.redis_timeout * 2 + Duration::from_millis(100);
         for (_, elector, name, channel) in electors {
@@ -290,20 +289,23 @@ pub async fn run(
             .await??
     };
     let notices = ReleaseNotices::default();
-    let (stop_listener, listener_stop) = watch::channel(false);
+    let tasks = TaskTracker::new();
+    let stop_listener = CancellationToken::new();
     let client = redis::Client::open(cfg.redis_url.as_str())?;
-    let listener = leases.handle().spawn(crate::elector::listen_for_releases(
-        client,
-        notices.clone(),
-        listener_stop,
-    ));
+    tasks.spawn_on(
+        crate::elector::listen_for_releases(client, notices.clone(), stop_listener.clone()),
+        leases.handle(),
+    );
     let (_watcher, mut changes) = jobs_dir::watch(&cfg.jobs_dir);
     let watching = _watcher.is_some();
     let (catalog, catalog_rx) = watch::channel(Catalog::default());
-    let (stop_http, mut http_stop) = watch::channel(false);
-    let http = http.map(|listener| {
+    let stop_http = CancellationToken::new();
+    if let Some(listener) = http {
         let addr = listener.local_addr().ok();
-        info!(node = %node, addr = ?addr, "HTTP API listening");
+        // Tests and supervisors bind port 0 and read the bound address from this line.
+        if let Some(a) = addr {
+            info!(node = %node, addr = %a, "HTTP API listening");
+        }
         if cfg.http_token.is_none() && addr.is_some_and(|a| !a.ip().is_loopback()) {
             warn!(node = %node, addr = ?addr, "the HTTP API listens beyond this machine without a token: anyone who reaches it can trigger, pause and resume jobs; set LEASEHOLD_HTTP_TOKEN");
         }
@@ -314,15 +316,13 @@ pub async fn run(
             token: cfg.http_token.clone(),
             timing: cfg.timing,
         };
-        tokio::spawn(async move {
-            let stop = async move {
-                let _ = http_stop.wait_for(|s| *s).await;
-            };
+        let stop = stop_http.clone().cancelled_owned();
+        tasks.spawn(async move {
             if let Err(e) = crate::http::serve(listener, api, stop).await {
                 warn!("HTTP API stopped: {e}");
             }
-        })
-    });
+        });
+    }
     let mut host = Host {
         cfg,
         runtime,
@@ -332,6 +332,9 @@ pub async fn run(
         notices,
         jobs: BTreeMap::new(),
         catalog,
+        runners: CancellationToken::new(),
+        electors: CancellationToken::new(),
+        tasks: tasks.clone(),
     };
     let mut settling = first.settling;
     host.apply(first).await;
@@ -372,14 +375,20 @@ pub async fn run(
     }
 
     info!(node = %node, "shutting down: stopping running steps");
-    stop_http.send_replace(true);
+    stop_http.cancel();
     let handles: Vec<JobHandle> = std::mem::take(&mut host.jobs).into_values().collect();
     host.stop(handles).await;
+    // Every job's tokens are cancelled by now; the roots make sure nothing was missed.
+    host.runners.cancel();
+    host.electors.cancel();
     info!(node = %node, "steps stopped and leases released");
-    stop_listener.send_replace(true);
-    let _ = listener.await;
-    if let Some(h) = http {
-        let _ = h.await;
+    stop_listener.cancel();
+    tasks.close();
+    if tokio::time::timeout(STOP_GRACE, tasks.wait())
+        .await
+        .is_err()
+    {
+        warn!(node = %node, tasks = tasks.len(), "some tasks did not stop within {}", crate::config::show(STOP_GRACE));
     }
     drop(host);
     info!(node = %node, "stopped");

@@ -168,19 +168,33 @@ impl RunRecord {
     }
 }
 
+/// A run record could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// The record exists but is not a run record (written by hand, or by another program).
+    #[error("run record {key} is not valid: {source}")]
+    Corrupt {
+        /// The record's key.
+        key: String,
+        /// What did not parse.
+        source: serde_json::Error,
+    },
+    /// Redis could not be asked.
+    #[error(transparent)]
+    Redis(#[from] redis::RedisError),
+}
+
 /// Reads the record of `period`; `Ok(None)` if it was never written. A record that does not
-/// parse is an error naming the key.
+/// parse is [`RecordError::Corrupt`], naming the key.
 pub async fn read<C: ConnectionLike>(
     conn: &mut C,
     keys: &JobKeys,
     period: &str,
-) -> anyhow::Result<Option<RunRecord>> {
+) -> Result<Option<RunRecord>, RecordError> {
     let key = keys.run(period);
     let raw: Option<String> = redis::cmd("GET").arg(&key).query_async(conn).await?;
-    raw.map(|r| {
-        serde_json::from_str(&r).map_err(|e| anyhow::anyhow!("run record {key} is not valid: {e}"))
-    })
-    .transpose()
+    raw.map(|r| serde_json::from_str(&r).map_err(|source| RecordError::Corrupt { key, source }))
+        .transpose()
 }
 
 /// Reads the checkpoint of `period`'s run.
@@ -350,7 +364,7 @@ pub async fn history<C: ConnectionLike + Send + Sync>(
     conn: &mut C,
     keys: &JobKeys,
     limit: usize,
-) -> anyhow::Result<Vec<RunRecord>> {
+) -> Result<Vec<RunRecord>, RecordError> {
     let mut names: Vec<String> = Vec::new();
     let mut cursor: u64 = 0;
     loop {
@@ -378,8 +392,10 @@ pub async fn history<C: ConnectionLike + Send + Sync>(
         for (name, raw) in chunk.iter().zip(raws) {
             if let Some(raw) = raw {
                 out.push(
-                    serde_json::from_str(&raw)
-                        .map_err(|e| anyhow::anyhow!("run record {name} is not valid: {e}"))?,
+                    serde_json::from_str(&raw).map_err(|source| RecordError::Corrupt {
+                        key: name.clone(),
+                        source,
+                    })?,
                 );
             }
         }

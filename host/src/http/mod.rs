@@ -1,16 +1,8 @@
 //! The HTTP API on `--http` (README, "HTTP API"): status, health, metrics, operator actions
 //! and run history for the jobs this node serves.
 //!
-//! | method and path | does |
-//! | --- | --- |
-//! | `GET /v1/status` | node id; per job: this node's state, the leader, token, lease time left, last and next run; refused files |
-//! | `GET /v1/jobs`, `GET /v1/jobs/{job}` | the served jobs' specs (and one job's status) |
-//! | `GET /metrics` | Prometheus metrics ([`crate::metrics`]) |
-//! | `GET /healthz` | 503 when this node believes it leads a job whose lease deadline passed more than a heartbeat ago (a stuck elector) |
-//! | `GET /readyz` | 503 until the jobs directory was read, and while Redis does not answer |
-//! | `POST /v1/jobs/{job}/runs` | ask for a run now; body `{"period": "…"}` or empty for the current period; deduplicated like `leasehold trigger` |
-//! | `GET /v1/jobs/{job}/runs?limit=N` | run records, newest period first |
-//! | `POST /v1/jobs/{job}/pause`, `…/resume` | pause or resume the job |
+//! The endpoints, their bodies and status codes are listed in one place: README.md, "HTTP API".
+//! Health and readiness (`/healthz`, `/readyz`) are in [`health`]; the rest is here.
 //!
 //! Any node serves any of its jobs, leader or not: requests and the pause flag are Redis
 //! inputs the leader reads every round. With a token configured (`--http-token`), every `POST`
@@ -29,16 +21,18 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::watch;
 
+use crate::catalog::{Catalog, JobView};
 use crate::config::Timing;
-use crate::elector::Role;
 use crate::keys::JobKeys;
-use crate::node::{Catalog, JobView};
 use crate::runs;
 use crate::spec::{CatchUp, Overlap, validate_job_name};
 
+mod health;
+use health::{healthz, readyz};
+
 /// What every handler shares.
 #[derive(Clone)]
-pub struct Api {
+pub(crate) struct Api {
     /// This node's id.
     pub node: String,
     /// Redis, with the host's timeouts.
@@ -52,7 +46,7 @@ pub struct Api {
 }
 
 /// An error response: a status and a reason.
-pub struct ApiError(StatusCode, String);
+pub(crate) struct ApiError(StatusCode, String);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -68,7 +62,7 @@ fn unavailable(e: impl std::fmt::Display) -> ApiError {
 }
 
 /// The routes.
-pub fn router(api: Api) -> Router {
+pub(crate) fn router(api: Api) -> Router {
     let mutating = Router::new()
         .route("/v1/jobs/{job}/runs", post(trigger).get(history))
         .route("/v1/jobs/{job}/pause", post(pause))
@@ -92,7 +86,7 @@ pub fn router(api: Api) -> Router {
 }
 
 /// Serves `api` on `listener` until `shutdown` resolves.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     api: Api,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -378,112 +372,4 @@ async fn metrics() -> Response {
         crate::metrics::encode(),
     )
         .into_response()
-}
-
-/// Jobs this node believes it leads although their lease deadline passed more than `grace`
-/// ago: its elector is not keeping up.
-pub fn stuck_leaders(
-    roles: &[(String, Role)],
-    now: std::time::Instant,
-    grace: std::time::Duration,
-) -> Vec<String> {
-    roles
-        .iter()
-        .filter_map(|(job, role)| match role {
-            Role::Leader(term) => match term.deadline() {
-                Some(d) if now > d + grace => Some(format!(
-                    "{job}: this node still believes it leads, but its lease deadline passed {} ago without a renewal",
-                    crate::config::show(now - d)
-                )),
-                _ => None,
-            },
-            _ => None,
-        })
-        .collect()
-}
-
-async fn healthz(State(api): State<Api>) -> Response {
-    let roles: Vec<(String, Role)> = api
-        .jobs
-        .borrow()
-        .jobs
-        .iter()
-        .map(|(n, v)| (n.clone(), v.role.borrow().clone()))
-        .collect();
-    let stuck = stuck_leaders(&roles, std::time::Instant::now(), api.timing.heartbeat);
-    if stuck.is_empty() {
-        Json(json!({ "healthy": true })).into_response()
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({ "healthy": false, "problems": stuck })),
-        )
-            .into_response()
-    }
-}
-
-async fn readyz(State(api): State<Api>) -> Response {
-    let mut problems = Vec::new();
-    if !api.jobs.borrow().started {
-        problems.push("the jobs directory has not been read yet".to_string());
-    }
-    let mut conn = api.conn.clone();
-    let ping = tokio::time::timeout(
-        api.timing.redis_timeout,
-        redis::cmd("PING").query_async::<String>(&mut conn),
-    )
-    .await;
-    match ping {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => problems.push(format!("redis: {e}")),
-        Err(_) => problems.push(format!(
-            "redis did not answer PING within {}",
-            crate::config::show(api.timing.redis_timeout)
-        )),
-    }
-    if problems.is_empty() {
-        Json(json!({ "ready": true })).into_response()
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({ "ready": false, "problems": problems })),
-        )
-            .into_response()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::{Duration, Instant};
-
-    use super::stuck_leaders;
-    use crate::elector::Role;
-    use crate::term::Term;
-
-    #[test]
-    fn a_leader_past_its_deadline_by_more_than_the_grace_is_unhealthy() {
-        // "Now" is ten seconds ahead, so every deadline below lies after the process's clock
-        // base (terms cannot hold deadlines from before the process started).
-        let now = Instant::now() + Duration::from_secs(10);
-        let fresh = Term::new(1, "n1:a".into(), now + Duration::from_secs(5));
-        let late = Term::new(2, "n1:b".into(), now - Duration::from_secs(3));
-        let just = Term::new(3, "n1:c".into(), now - Duration::from_millis(100));
-        let roles = vec![
-            ("fresh".to_string(), Role::Leader(fresh)),
-            ("late".to_string(), Role::Leader(late)),
-            ("just".to_string(), Role::Leader(just)),
-            (
-                "follows".to_string(),
-                Role::Follower {
-                    leader: "n2:x".into(),
-                },
-            ),
-        ];
-        let stuck = stuck_leaders(&roles, now, Duration::from_secs(1));
-        assert_eq!(stuck.len(), 1, "{stuck:?}");
-        assert!(
-            stuck[0].starts_with("late: this node still believes it leads"),
-            "{stuck:?}"
-        );
-    }
 }

@@ -76,6 +76,7 @@ impl CodeCache {
             // SAFETY: the entry was written by `store` below, from a component this engine
             // configuration compiled, into a directory only the host writes; wasmtime still
             // checks its header and version.
+            #[allow(unsafe_code)]
             match unsafe { Component::deserialize_file(engine, &entry) } {
                 Ok(c) => return Ok((c, Compiled::Cached)),
                 Err(e) => {

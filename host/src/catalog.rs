@@ -1,0 +1,32 @@
+//! What a node serves, as the HTTP API reads it: the jobs with their current version and this
+//! node's role for each, and the files refused. [`crate::node`] publishes a new [`Catalog`] on
+//! a `watch` channel after every scan of the jobs directory; [`crate::http`] only reads it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::elector::Role;
+use crate::jobs_dir::Refusal;
+use crate::runtime::LoadedJob;
+
+/// The served jobs with their roles, and the refusals.
+#[derive(Clone, Default)]
+pub(crate) struct Catalog {
+    /// Served jobs by name.
+    pub jobs: BTreeMap<String, JobView>,
+    /// Files refused in their current version.
+    pub refused: Vec<Refusal>,
+    /// The first scan of the jobs directory has been applied.
+    pub started: bool,
+}
+
+/// One served job as the HTTP API sees it.
+#[derive(Clone)]
+pub(crate) struct JobView {
+    /// The version new runs use.
+    pub job: Arc<LoadedJob>,
+    /// This node's role for the job.
+    pub role: watch::Receiver<Role>,
+}

@@ -1,0 +1,245 @@
+//! The command line's shape: every command and flag, with its environment variable and
+//! default. Values are only parsed here; their rules are checked in
+//! [`leasehold::config`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use leasehold::config::{RawConfig, RawLimits, parse_duration, parse_size};
+use leasehold::logging::LogFormat;
+
+/// Leasehold: singleton WebAssembly jobs across replicas, elected through Redis and fenced.
+#[derive(Parser, Debug)]
+#[command(name = "leasehold", version, about)]
+pub(crate) struct Cli {
+    /// Log format.
+    #[arg(long, global = true, env = "LEASEHOLD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Human)]
+    pub log_format: LogFormat,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Subcommand, Debug)]
+pub(crate) enum Command {
+    /// Run a replica: campaign for every job in the jobs directory and run the ones it leads.
+    Run(Box<RunArgs>),
+    /// Validate a job component against the `leasehold:job/job` world and print its spec.
+    Check {
+        /// The `.wasm` component to check.
+        file: PathBuf,
+        /// The host limits to check against (the same flags as `leasehold run`).
+        #[command(flatten)]
+        limits: LimitArgs,
+    },
+    /// Ask for a run of a period now (a period that is already done is not run again; a
+    /// failed, missed or skipped one gets a new attempt).
+    Trigger(TriggerArgs),
+    /// Show who leads each job, the token, lease time left, last and next run (asks a node's
+    /// HTTP API).
+    Status(StatusArgs),
+    /// Exit 0 if a node's `/healthz` (or with `--ready`, `/readyz`) answers 200: for container
+    /// health checks without curl.
+    Health(HealthArgs),
+    /// List a job's runs, newest period first.
+    Runs(RunsArgs),
+    /// Pause a job: its leader starts no step until it is resumed.
+    Pause(JobArgs),
+    /// Resume a paused job; periods that fired meanwhile follow its catch-up policy.
+    Resume(JobArgs),
+    /// Run the reference scenario locally and narrate it: three replicas, the leader frozen
+    /// mid-run, a successor with a higher token, the zombie fenced, one report for the day.
+    Demo(DemoArgs),
+}
+
+/// Flags of `leasehold demo`.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct DemoArgs {
+    /// The reconciliation component (built by `./dev demo`).
+    #[arg(
+        long,
+        default_value = "target/guests/wasm32-wasip2/debug/reconciliation.wasm"
+    )]
+    pub job: PathBuf,
+    /// Use this Redis instead of starting a local `redis-server` (it must not already hold the
+    /// demo day).
+    #[arg(long)]
+    pub redis_url: Option<String>,
+    /// Statement lines of the generated day.
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(100..=2_000_000))]
+    pub rows: u64,
+}
+
+/// Host limits (README, "Limits"). A job's `describe()` may ask for less than a maximum, never
+/// more; a job that asks for nothing gets 64 MiB, 30 s and 1 MiB (or the maximum, if lower).
+#[derive(Args, Debug, Clone)]
+pub(crate) struct LimitArgs {
+    /// Most linear memory a job may use (all its memories together).
+    #[arg(long, env = "LEASEHOLD_MAX_MEMORY", value_parser = parse_size, default_value = "512MiB")]
+    pub max_memory: u64,
+    /// Longest a job's step may run.
+    #[arg(long, env = "LEASEHOLD_MAX_STEP_TIME", value_parser = parse_duration, default_value = "10m")]
+    pub max_step_time: Duration,
+    /// Largest value a job may write in one store.write, and largest checkpoint a step may return.
+    #[arg(long, env = "LEASEHOLD_MAX_WRITE_SIZE", value_parser = parse_size, default_value = "16MiB")]
+    pub max_write_size: u64,
+    /// Largest component file the host reads; bigger files are refused unread.
+    #[arg(long, env = "LEASEHOLD_MAX_COMPONENT_SIZE", value_parser = parse_size, default_value = "64MiB")]
+    pub max_component_size: u64,
+    /// Guest log lines kept per step; the rest are counted and dropped.
+    #[arg(long, env = "LEASEHOLD_GUEST_LOG_LINES", default_value_t = 200)]
+    pub guest_log_lines: u32,
+}
+
+impl LimitArgs {
+    /// The limits as given, for [`leasehold::config::RawLimits::validate`].
+    pub(crate) fn raw(&self) -> RawLimits {
+        RawLimits {
+            max_memory: self.max_memory,
+            max_step_time: self.max_step_time,
+            max_write_size: self.max_write_size,
+            max_component_size: self.max_component_size,
+            guest_log_lines: self.guest_log_lines,
+        }
+    }
+}
+
+/// Flags of `leasehold run`.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct RunArgs {
+    /// Redis URL, e.g. redis://127.0.0.1:6379 or rediss://user:password@host:6380.
+    #[arg(
+        long,
+        env = "LEASEHOLD_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    pub redis_url: String,
+    /// Directory of job components (`*.wasm`).
+    #[arg(long, env = "LEASEHOLD_JOBS_DIR", default_value = "jobs")]
+    pub jobs_dir: PathBuf,
+    /// Directory of read-only job inputs, one subfolder per job (mounted at /data in the job).
+    #[arg(long, env = "LEASEHOLD_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// This node's id (A-Z a-z 0-9 . _ -); defaults to the host name.
+    #[arg(long, env = "LEASEHOLD_NODE_ID")]
+    pub node_id: Option<String>,
+    /// Lease time-to-live.
+    #[arg(long, env = "LEASEHOLD_LEASE_TTL", value_parser = parse_duration, default_value = "10s")]
+    pub lease_ttl: Duration,
+    /// Renewal interval; heartbeat × 3 must be less than the lease TTL.
+    #[arg(long, env = "LEASEHOLD_HEARTBEAT", value_parser = parse_duration, default_value = "2s")]
+    pub heartbeat: Duration,
+    /// Safety margin: a leader stops acting this long before its lease could expire
+    /// [default: lease-ttl / 10].
+    #[arg(long, env = "LEASEHOLD_LEASE_MARGIN", value_parser = parse_duration)]
+    pub lease_margin: Option<Duration>,
+    /// Bound on every Redis call [default: heartbeat / 2].
+    #[arg(long, env = "LEASEHOLD_REDIS_TIMEOUT", value_parser = parse_duration)]
+    pub redis_timeout: Option<Duration>,
+    /// Directory for compiled job code, owned by the host; must not be inside the jobs
+    /// directory [default: $XDG_CACHE_HOME/leasehold or ~/.cache/leasehold].
+    #[arg(long, env = "LEASEHOLD_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Address of the HTTP API (e.g. 127.0.0.1:8080) [default: none].
+    #[arg(long, env = "LEASEHOLD_HTTP")]
+    pub http: Option<std::net::SocketAddr>,
+    /// Bearer token that the HTTP API's POST endpoints (trigger, pause, resume) require. Prefer
+    /// the environment variable: a flag shows in the process list.
+    #[arg(long, env = "LEASEHOLD_HTTP_TOKEN", hide_env_values = true)]
+    pub http_token: Option<String>,
+    /// Host limits.
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    /// Validate the configuration, print it and exit without connecting to anything.
+    #[arg(long)]
+    pub check_config: bool,
+}
+
+/// A job and the Redis it lives in.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct JobArgs {
+    /// The job's name.
+    pub job: String,
+    /// Redis URL.
+    #[arg(
+        long,
+        env = "LEASEHOLD_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    pub redis_url: String,
+}
+
+/// Flags of `leasehold status`.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct StatusArgs {
+    /// Address of a node's HTTP API (its `--http`).
+    #[arg(long, env = "LEASEHOLD_HTTP", default_value = "127.0.0.1:8080")]
+    pub http: String,
+    /// Print the JSON of `GET /v1/status` instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Flags of `leasehold health`.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct HealthArgs {
+    /// Address of the node's HTTP API.
+    #[arg(long, env = "LEASEHOLD_HTTP", default_value = "127.0.0.1:8080")]
+    pub http: String,
+    /// Ask `/readyz` instead of `/healthz`.
+    #[arg(long)]
+    pub ready: bool,
+}
+
+/// Flags of `leasehold runs`.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct RunsArgs {
+    /// The job and Redis.
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// Most runs listed.
+    #[arg(long, default_value_t = 50)]
+    pub limit: usize,
+    /// One JSON record per line instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Flags of `leasehold trigger`.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct TriggerArgs {
+    /// The job's name.
+    pub job: String,
+    /// The period to run (e.g. 2026-11-27 for a daily job) [default: the current period].
+    #[arg(long)]
+    pub period: Option<String>,
+    /// Redis URL.
+    #[arg(
+        long,
+        env = "LEASEHOLD_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    pub redis_url: String,
+}
+
+impl RunArgs {
+    /// The flags as given, for [`leasehold::config::NodeConfig::from_raw`].
+    pub(crate) fn raw(&self) -> RawConfig {
+        RawConfig {
+            redis_url: self.redis_url.clone(),
+            jobs_dir: self.jobs_dir.clone(),
+            data_dir: self.data_dir.clone(),
+            cache_dir: self.cache_dir.clone(),
+            node_id: self.node_id.clone(),
+            lease_ttl: self.lease_ttl,
+            heartbeat: self.heartbeat,
+            lease_margin: self.lease_margin,
+            redis_timeout: self.redis_timeout,
+            http: self.http,
+            http_token: self.http_token.clone(),
+            limits: self.limits.raw(),
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! `leasehold status` and `leasehold health`: a small HTTP/1.1 client for a node's API, and
+//! the status table.
+
+use std::time::Duration;
+
+use super::args::{HealthArgs, StatusArgs};
+
+/// `GET path` on a node's HTTP API (plain HTTP/1.1): the status code and the body.
+async fn http_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await?;
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).await?;
+        Ok::<_, std::io::Error>(raw)
+    };
+    let raw = tokio::time::timeout(Duration::from_secs(10), exchange)
+        .await
+        .map_err(|_| anyhow::anyhow!("{addr} did not answer within 10s"))?
+        .map_err(|e| anyhow::anyhow!("cannot reach the node's HTTP API at {addr}: {e}"))?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| anyhow::anyhow!("{addr} sent no HTTP answer"))?;
+    let code = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("{addr} sent no HTTP status"))?;
+    Ok((code, body.to_string()))
+}
+
+pub(super) async fn status(args: StatusArgs) -> anyhow::Result<()> {
+    let (code, body) = http_get(&args.http, "/v1/status").await?;
+    anyhow::ensure!(
+        code == 200,
+        "GET /v1/status on {} answered {code}: {body}",
+        args.http
+    );
+    if args.json {
+        println!("{body}");
+        return Ok(());
+    }
+    let v: serde_json::Value = serde_json::from_str(&body)?;
+    let s = |v: &serde_json::Value| match v {
+        serde_json::Value::Null => "-".to_string(),
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    println!("node {}", s(&v["node"]));
+    println!(
+        "{:<24} {:<10} {:<16} {:<18} {:>10}  {:<30} NEXT RUN",
+        "JOB", "STATE", "LEADER", "TOKEN", "LEASE LEFT", "LAST RUN"
+    );
+    for j in v["jobs"].as_array().into_iter().flatten() {
+        let left = j["lease_ms_left"]
+            .as_u64()
+            .map(|ms| format!("{:.1}s", ms as f64 / 1000.0))
+            .unwrap_or_else(|| "-".into());
+        let last = match &j["last_run"] {
+            serde_json::Value::Null => "-".to_string(),
+            r => format!("{} {}", s(&r["period"]), s(&r["status"])),
+        };
+        let next = match &j["next_run"] {
+            serde_json::Value::Null => "-".to_string(),
+            r => format!("{} at {}", s(&r["period"]), s(&r["at"])),
+        };
+        let state = if j["paused"] == true {
+            format!("{} (paused)", s(&j["state"]))
+        } else {
+            s(&j["state"])
+        };
+        println!(
+            "{:<24} {:<10} {:<16} {:<18} {:>10}  {:<30} {}",
+            s(&j["job"]),
+            state,
+            s(&j["leader"]),
+            s(&j["token"]),
+            left,
+            last,
+            next
+        );
+    }
+    let refused = v["refused"].as_array().cloned().unwrap_or_default();
+    if !refused.is_empty() {
+        println!("refused files:");
+        for r in refused {
+            println!("  {}: {}", s(&r["file"]), s(&r["reason"]));
+        }
+    }
+    Ok(())
+}
+
+pub(super) async fn health(args: HealthArgs) -> anyhow::Result<()> {
+    // A listen address of 0.0.0.0 is reached on the loopback address.
+    let addr = args.http.replace("0.0.0.0", "127.0.0.1");
+    let path = if args.ready { "/readyz" } else { "/healthz" };
+    let (code, body) = http_get(&addr, path).await?;
+    anyhow::ensure!(code == 200, "{path} answered {code}: {}", body.trim());
+    println!("{}", body.trim());
+    Ok(())
+}

@@ -1,0 +1,363 @@
+//! Host configuration, from raw values to validated ones, in one place.
+//!
+//! `leasehold run` (and `check`, for the limits) hands over what it was given on the command
+//! line or in the environment as a [`RawConfig`] (or [`RawLimits`]); [`NodeConfig::from_raw`]
+//! and [`RawLimits::validate`] apply the defaults and check every rule, and report *all*
+//! violations at once, each naming the setting and its value ([`ConfigError`]). Nothing else
+//! in the host validates configuration: a host never starts with settings that break a rule.
+//!
+//! | setting | rule |
+//! | --- | --- |
+//! | timings | the relations of [`timing`] (I4) |
+//! | `node-id` | 1–64 characters from `A-Z a-z 0-9 . _ -` (it appears in lease owners `node-id:uuid`) |
+//! | `max-memory` | at least 1 MiB |
+//! | `max-step-time` | at least 100ms |
+//! | `max-write-size` | at least 1 KiB |
+//! | `max-component-size` | at least 64 KiB |
+//! | `cache-dir` | not inside `jobs-dir` (whoever can drop a job there could plant compiled code) |
+//! | `http-token` | not empty when set |
+//!
+//! Job specs are validated where they are read, in [`crate::spec`].
+
+pub mod timing;
+mod units;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use timing::Timing;
+pub use units::{parse_duration, parse_size, show, show_size};
+
+use crate::spec::HostLimits;
+
+/// One violated rule: the setting it is about (its flag name without `--`) and a message
+/// naming the values that break it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// The setting, e.g. `heartbeat`, `node-id`, `max-memory`.
+    pub setting: &'static str,
+    /// The rule and the values that break it.
+    pub message: String,
+}
+
+impl Violation {
+    /// A violation of `setting`'s rule.
+    pub fn new(setting: &'static str, message: String) -> Self {
+        Violation { setting, message }
+    }
+}
+
+/// One or more violated configuration rules. `Display` lists every violation on its own line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Each violated rule, with the values that violate it.
+    pub violations: Vec<Violation>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid configuration:")?;
+        for v in &self.violations {
+            write!(f, "\n  - {}", v.message)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Host limits as given (`--max-*` flags), before validation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawLimits {
+    /// Most linear memory a job may use, in bytes.
+    pub max_memory: u64,
+    /// Longest a step may run.
+    pub max_step_time: Duration,
+    /// Largest value one write (or checkpoint) may carry, in bytes.
+    pub max_write_size: u64,
+    /// Largest component file the host reads, in bytes.
+    pub max_component_size: u64,
+    /// Guest log lines kept per step.
+    pub guest_log_lines: u32,
+}
+
+impl RawLimits {
+    /// Validates the limits; every violation is reported at once, naming the flag.
+    pub fn validate(&self) -> Result<HostLimits, ConfigError> {
+        let mut bad = Vec::new();
+        self.check(&mut bad);
+        if !bad.is_empty() {
+            return Err(ConfigError { violations: bad });
+        }
+        Ok(HostLimits::with_maxima(
+            self.max_memory,
+            self.max_step_time,
+            self.max_write_size,
+            self.max_component_size,
+            self.guest_log_lines,
+        ))
+    }
+
+    fn check(&self, bad: &mut Vec<Violation>) {
+        if self.max_memory < 1 << 20 {
+            bad.push(Violation::new(
+                "max-memory",
+                format!(
+                    "max-memory ({}) must be at least 1 MiB: no component starts in less",
+                    show_size(self.max_memory)
+                ),
+            ));
+        }
+        if self.max_step_time < Duration::from_millis(100) {
+            bad.push(Violation::new(
+                "max-step-time",
+                format!(
+                    "max-step-time ({}) must be at least 100ms",
+                    show(self.max_step_time)
+                ),
+            ));
+        }
+        if self.max_write_size < 1 << 10 {
+            bad.push(Violation::new(
+                "max-write-size",
+                format!(
+                    "max-write-size ({}) must be at least 1 KiB",
+                    show_size(self.max_write_size)
+                ),
+            ));
+        }
+        if self.max_component_size < 64 << 10 {
+            bad.push(Violation::new(
+                "max-component-size",
+                format!(
+                    "max-component-size ({}) must be at least 64 KiB",
+                    show_size(self.max_component_size)
+                ),
+            ));
+        }
+    }
+}
+
+/// Everything `leasehold run` was given, before defaults and validation.
+#[derive(Clone, Debug)]
+pub struct RawConfig {
+    /// Redis URL.
+    pub redis_url: String,
+    /// Directory of `.wasm` job components.
+    pub jobs_dir: PathBuf,
+    /// Directory of read-only job inputs.
+    pub data_dir: Option<PathBuf>,
+    /// Directory for compiled code; default `$XDG_CACHE_HOME/leasehold` or
+    /// `~/.cache/leasehold`.
+    pub cache_dir: Option<PathBuf>,
+    /// Node id; default the host name.
+    pub node_id: Option<String>,
+    /// Lease TTL.
+    pub lease_ttl: Duration,
+    /// Renewal interval.
+    pub heartbeat: Duration,
+    /// Safety margin; default a tenth of the TTL.
+    pub lease_margin: Option<Duration>,
+    /// Bound on Redis calls; default half the heartbeat.
+    pub redis_timeout: Option<Duration>,
+    /// HTTP API address.
+    pub http: Option<std::net::SocketAddr>,
+    /// Bearer token for the HTTP API's POST endpoints.
+    pub http_token: Option<String>,
+    /// Host limits.
+    pub limits: RawLimits,
+}
+
+/// Everything `leasehold run` is configured with, validated.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// Redis URL (`redis://`, `rediss://`, with optional user and password).
+    pub redis_url: String,
+    /// Directory of `.wasm` job components.
+    pub jobs_dir: PathBuf,
+    /// Directory of read-only job inputs, one subfolder per job.
+    pub data_dir: Option<PathBuf>,
+    /// Directory for compiled job code (see [`crate::runtime::cache`]); none: compile at
+    /// every start.
+    pub cache_dir: Option<PathBuf>,
+    /// This node's id.
+    pub node_id: String,
+    /// Lease timings.
+    pub timing: Timing,
+    /// Host limits for jobs.
+    pub limits: HostLimits,
+    /// Where the HTTP API listens, if anywhere (port 0: any free port, logged once bound).
+    pub http: Option<std::net::SocketAddr>,
+    /// Bearer token the HTTP API's mutating endpoints require, if set.
+    pub http_token: Option<String>,
+}
+
+impl NodeConfig {
+    /// Applies the defaults and checks every rule of the module doc; all violations are
+    /// reported together.
+    pub fn from_raw(raw: RawConfig) -> Result<Self, ConfigError> {
+        let mut bad = Vec::new();
+        let node_id = raw.node_id.clone().unwrap_or_else(hostname);
+        if let Err(v) = validate_node_id(&node_id) {
+            bad.push(v);
+        }
+        let timing = Timing::new(
+            raw.lease_ttl,
+            raw.heartbeat,
+            raw.lease_margin,
+            raw.redis_timeout,
+        )
+        .map_err(|e| bad.extend(e.violations))
+        .ok();
+        raw.limits.check(&mut bad);
+        let cache_dir = raw.cache_dir.clone().or_else(default_cache_dir);
+        if let Some(cache) = &cache_dir
+            && absolute(cache).starts_with(absolute(&raw.jobs_dir))
+        {
+            bad.push(Violation::new(
+                "cache-dir",
+                format!(
+                    "cache-dir {} must not be inside jobs-dir {}: whoever can drop a job there could plant compiled code",
+                    cache.display(),
+                    raw.jobs_dir.display()
+                ),
+            ));
+        }
+        if raw.http_token.as_deref() == Some("") {
+            bad.push(Violation::new(
+                "http-token",
+                "http-token is empty: set a token or leave it unset".into(),
+            ));
+        }
+        let (Some(timing), true) = (timing, bad.is_empty()) else {
+            return Err(ConfigError { violations: bad });
+        };
+        Ok(NodeConfig {
+            redis_url: raw.redis_url,
+            jobs_dir: raw.jobs_dir,
+            data_dir: raw.data_dir,
+            cache_dir,
+            node_id,
+            timing,
+            limits: raw.limits.validate()?,
+            http: raw.http,
+            http_token: raw.http_token,
+        })
+    }
+}
+
+/// Checks a node id: 1–64 characters from `A-Z a-z 0-9 . _ -`. The id appears in lease owners
+/// (`node-id:uuid`), logs and status.
+pub fn validate_node_id(id: &str) -> Result<(), Violation> {
+    let ok = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Violation::new(
+            "node-id",
+            format!("node-id must be 1 to 64 characters from A-Z a-z 0-9 . _ - (node-id {id:?})"),
+        ))
+    }
+}
+
+/// This machine's host name (`$HOSTNAME`, else the kernel's), or `node`.
+pub fn hostname() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "node".to_string())
+}
+
+fn default_cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("leasehold"))
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw() -> RawConfig {
+        RawConfig {
+            redis_url: "redis://127.0.0.1:6379".into(),
+            jobs_dir: "/srv/jobs".into(),
+            data_dir: None,
+            cache_dir: Some("/var/cache/leasehold".into()),
+            node_id: Some("n1".into()),
+            lease_ttl: Duration::from_secs(10),
+            heartbeat: Duration::from_secs(2),
+            lease_margin: None,
+            redis_timeout: None,
+            http: None,
+            http_token: None,
+            limits: RawLimits {
+                max_memory: 512 << 20,
+                max_step_time: Duration::from_secs(600),
+                max_write_size: 16 << 20,
+                max_component_size: 64 << 20,
+                guest_log_lines: 200,
+            },
+        }
+    }
+
+    #[test]
+    fn a_good_configuration_gets_its_defaults() {
+        let cfg = NodeConfig::from_raw(raw()).unwrap();
+        assert_eq!(cfg.node_id, "n1");
+        assert_eq!(cfg.timing.margin, Duration::from_secs(1));
+        assert_eq!(cfg.limits, HostLimits::default());
+    }
+
+    #[test]
+    fn every_violation_names_its_setting_and_all_are_reported() {
+        let mut r = raw();
+        r.node_id = Some("a:b".into());
+        r.heartbeat = Duration::from_secs(4);
+        r.limits.max_memory = 1000;
+        r.cache_dir = Some("/srv/jobs/.cache".into());
+        r.http_token = Some(String::new());
+        let e = NodeConfig::from_raw(r).unwrap_err();
+        let settings: Vec<&str> = e.violations.iter().map(|v| v.setting).collect();
+        assert_eq!(
+            settings,
+            vec![
+                "node-id",
+                "heartbeat",
+                "max-memory",
+                "cache-dir",
+                "http-token"
+            ],
+            "{e}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.starts_with("invalid configuration:\n  - node-id must be"),
+            "{text}"
+        );
+        assert!(
+            text.contains("max-memory (1000 bytes) must be at least 1 MiB"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn node_ids_are_checked() {
+        assert!(validate_node_id("node-a.1_x").is_ok());
+        assert!(validate_node_id("").is_err());
+        assert_eq!(validate_node_id("a:b").unwrap_err().setting, "node-id");
+        assert!(validate_node_id(&"x".repeat(65)).is_err());
+    }
+}

@@ -1,0 +1,379 @@
+//! The runner's decisions as pure functions: what a fired period becomes, what a period's
+//! existing record means for a new pass, what follows a failed attempt, and which period runs
+//! next. No I/O and no clock reads: the caller passes "now", so each rule is tested here alone.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+
+use crate::runs::{FailureKind, RunRecord, RunStatus};
+use crate::runtime::{StepError, StepOutcome};
+use crate::spec::{CatchUp, Overlap, Policies};
+
+/// Longest error message kept in a run record.
+pub(crate) const ERROR_MAX: usize = 4096;
+
+/// `why`, cut to [`ERROR_MAX`] bytes on a character boundary.
+pub(crate) fn clip(mut why: String) -> String {
+    if why.len() > ERROR_MAX {
+        let mut cut = ERROR_MAX;
+        while !why.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        why.truncate(cut);
+        why.push_str(" [cut]");
+    }
+    why
+}
+
+/// What a period that fired (and has no record yet) becomes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fired {
+    /// Run it: record it `pending`.
+    Run,
+    /// The catch-up policy does not run it: record it `missed`.
+    Missed,
+    /// An earlier run is open and the overlap policy is `skip`: record it `skipped`.
+    Skipped,
+}
+
+/// Decides a fired period: `newest` says whether it is the newest of those fired since the
+/// cursor, `late` how long ago it fired, `busy` whether a run is open (or an earlier period
+/// of this pass was made pending).
+pub(crate) fn on_fire(policies: &Policies, newest: bool, late: Duration, busy: bool) -> Fired {
+    let run = match policies.catch_up {
+        CatchUp::Latest => newest,
+        CatchUp::Skip | CatchUp::All => late <= policies.catch_up_window,
+    };
+    if !run {
+        Fired::Missed
+    } else if busy && policies.overlap == Overlap::Skip {
+        Fired::Skipped
+    } else {
+        Fired::Run
+    }
+}
+
+/// What a pass over a due period starts from, given its record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Entry {
+    /// Nothing to do: `done`, or final and not asked for again.
+    Finished,
+    /// A final record (not `done`) an operator asked to run again: a new attempt, from step 0.
+    Rerun {
+        /// The attempt number of the new run: the next one after a failure, 1 otherwise.
+        attempt: u32,
+    },
+    /// An open record (`pending`, `running`, `waiting`): carry it on.
+    Continue,
+    /// No record yet: a new run.
+    New,
+}
+
+/// Decides how a pass over a period begins.
+pub(crate) fn entry(existing: Option<&RunRecord>, requested: bool) -> Entry {
+    match existing {
+        None => Entry::New,
+        Some(r) if r.status == RunStatus::Done => Entry::Finished,
+        Some(r) if r.status.is_final() && requested => Entry::Rerun {
+            attempt: if r.status == RunStatus::Failed {
+                r.attempt + 1
+            } else {
+                1
+            },
+        },
+        Some(r) if r.status.is_final() => Entry::Finished,
+        Some(_) => Entry::Continue,
+    }
+}
+
+/// What follows a failed attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AfterFailure {
+    /// Try again from the checkpoint after `delay`.
+    Retry {
+        /// The backoff before the next attempt.
+        delay: Duration,
+    },
+    /// The run is `failed`.
+    Fail,
+}
+
+/// Decides what follows attempt `attempt` failing with `kind`: a retry while attempts are left
+/// and the failure is worth retrying (a changed version or a run past its maximum run time is
+/// not), else the end of the run.
+pub(crate) fn after_failure(policies: &Policies, attempt: u32, kind: FailureKind) -> AfterFailure {
+    let retryable = !matches!(kind, FailureKind::VersionChanged | FailureKind::RunTimeout);
+    if retryable && attempt < policies.retry_attempts {
+        AfterFailure::Retry {
+            delay: policies.retry_delay(attempt + 1),
+        }
+    } else {
+        AfterFailure::Fail
+    }
+}
+
+/// The failure class a run record gets for a step error that fails the attempt.
+pub(crate) fn failure_kind(e: &StepError) -> FailureKind {
+    match e {
+        StepError::Trap(_) => FailureKind::Trap,
+        StepError::MemoryLimit(_) => FailureKind::MemoryLimit,
+        StepError::Timeout(_) => FailureKind::Timeout,
+        _ => FailureKind::JobError,
+    }
+}
+
+/// The word the `leasehold_steps_total` metric counts a step's outcome under.
+pub(crate) fn outcome_word(outcome: &Result<StepOutcome, StepError>) -> &'static str {
+    match outcome {
+        Ok(StepOutcome::Continue(_)) => "continue",
+        Ok(StepOutcome::Done) => "done",
+        Err(StepError::Failed(_)) => "failed",
+        Err(StepError::NotReady(_)) => "not-ready",
+        Err(StepError::LostLeadership(_)) => "lost-leadership",
+        Err(StepError::Timeout(_)) => "timeout",
+        Err(StepError::Trap(_)) => "trap",
+        Err(StepError::MemoryLimit(_)) => "memory-limit",
+        Err(StepError::Host(_)) => "host",
+    }
+}
+
+/// Whether a run that started at `started_at` (RFC 3339) has run longer than `max` at `now`.
+/// A start time that does not parse counts as not exceeded.
+pub(crate) fn run_time_exceeded(
+    started_at: &str,
+    now: DateTime<Utc>,
+    max: Option<Duration>,
+) -> bool {
+    let Some(max) = max else { return false };
+    let Some(started) = parse_rfc3339(started_at) else {
+        return false;
+    };
+    (now - started).to_std().unwrap_or_default() > max
+}
+
+/// The first period due now, in period order: open runs, requests, and the periods just
+/// accounted as pending. A period finished on this node earlier (`done`) is due again only
+/// when it is requested; one waiting for a retry or its inputs (`not_before`) only once its
+/// time has come.
+pub(crate) fn next_due(
+    open: &[String],
+    requested: &[String],
+    accounted: &[String],
+    done: &HashSet<String>,
+    not_before: &HashMap<String, Instant>,
+    now: Instant,
+) -> Option<String> {
+    let mut due: Vec<&String> = open
+        .iter()
+        .chain(requested)
+        .chain(accounted)
+        .filter(|id| !done.contains(*id) || requested.contains(*id))
+        .collect();
+    due.sort();
+    due.dedup();
+    due.into_iter()
+        .find(|id| not_before.get(*id).is_none_or(|t| *t <= now))
+        .cloned()
+}
+
+/// An RFC 3339 time in UTC.
+pub(crate) fn parse_rfc3339(s: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(s)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policies(catch_up: CatchUp, overlap: Overlap) -> Policies {
+        Policies {
+            catch_up,
+            overlap,
+            catch_up_window: Duration::from_secs(3600),
+            retry_attempts: 3,
+            ..Policies::default()
+        }
+    }
+
+    fn record(status: RunStatus, attempt: u32) -> RunRecord {
+        let p = crate::spec::Schedule::parse("0 0 2 * * *", "UTC")
+            .unwrap()
+            .period_by_id("2026-11-27")
+            .unwrap();
+        let mut r = RunRecord::new(&p, status, "2026-11-27T02:00:00.000Z");
+        r.attempt = attempt;
+        r
+    }
+
+    #[test]
+    fn catch_up_latest_runs_only_the_newest_fired_period() {
+        let p = policies(CatchUp::Latest, Overlap::Queue);
+        let hour = Duration::from_secs(3600);
+        assert_eq!(on_fire(&p, false, Duration::ZERO, false), Fired::Missed);
+        assert_eq!(on_fire(&p, true, hour * 100, false), Fired::Run);
+    }
+
+    #[test]
+    fn catch_up_skip_and_all_run_what_is_within_the_window() {
+        for c in [CatchUp::Skip, CatchUp::All] {
+            let p = policies(c, Overlap::Queue);
+            assert_eq!(
+                on_fire(&p, false, Duration::from_secs(3600), false),
+                Fired::Run
+            );
+            assert_eq!(
+                on_fire(&p, true, Duration::from_secs(3601), false),
+                Fired::Missed
+            );
+        }
+    }
+
+    #[test]
+    fn overlap_skip_skips_a_period_fired_during_an_open_run() {
+        let skip = policies(CatchUp::Latest, Overlap::Skip);
+        assert_eq!(on_fire(&skip, true, Duration::ZERO, true), Fired::Skipped);
+        assert_eq!(on_fire(&skip, true, Duration::ZERO, false), Fired::Run);
+        let queue = policies(CatchUp::Latest, Overlap::Queue);
+        assert_eq!(on_fire(&queue, true, Duration::ZERO, true), Fired::Run);
+        // A period the catch-up policy misses is missed, not skipped.
+        assert_eq!(on_fire(&skip, false, Duration::ZERO, true), Fired::Missed);
+    }
+
+    #[test]
+    fn a_done_period_is_never_entered_again() {
+        assert_eq!(
+            entry(Some(&record(RunStatus::Done, 1)), true),
+            Entry::Finished
+        );
+        assert_eq!(
+            entry(Some(&record(RunStatus::Done, 1)), false),
+            Entry::Finished
+        );
+    }
+
+    #[test]
+    fn a_requested_final_period_is_a_new_attempt() {
+        assert_eq!(
+            entry(Some(&record(RunStatus::Failed, 2)), true),
+            Entry::Rerun { attempt: 3 }
+        );
+        for s in [RunStatus::Missed, RunStatus::Skipped] {
+            assert_eq!(
+                entry(Some(&record(s, 4)), true),
+                Entry::Rerun { attempt: 1 }
+            );
+            assert_eq!(entry(Some(&record(s, 4)), false), Entry::Finished);
+        }
+        for s in [RunStatus::Pending, RunStatus::Running, RunStatus::Waiting] {
+            assert_eq!(entry(Some(&record(s, 1)), true), Entry::Continue);
+        }
+        assert_eq!(entry(None, false), Entry::New);
+    }
+
+    #[test]
+    fn failures_retry_with_backoff_until_attempts_run_out() {
+        let p = Policies {
+            retry_attempts: 3,
+            retry_backoff: Duration::from_secs(10),
+            ..Policies::default()
+        };
+        assert_eq!(
+            after_failure(&p, 1, FailureKind::Trap),
+            AfterFailure::Retry {
+                delay: Duration::from_secs(10)
+            }
+        );
+        assert_eq!(
+            after_failure(&p, 2, FailureKind::JobError),
+            AfterFailure::Retry {
+                delay: Duration::from_secs(20)
+            }
+        );
+        assert_eq!(after_failure(&p, 3, FailureKind::Trap), AfterFailure::Fail);
+        assert_eq!(
+            after_failure(&p, 1, FailureKind::VersionChanged),
+            AfterFailure::Fail
+        );
+        assert_eq!(
+            after_failure(&p, 1, FailureKind::RunTimeout),
+            AfterFailure::Fail
+        );
+    }
+
+    #[test]
+    fn step_errors_map_to_failure_classes() {
+        assert_eq!(
+            failure_kind(&StepError::Trap("x".into())),
+            FailureKind::Trap
+        );
+        assert_eq!(
+            failure_kind(&StepError::MemoryLimit("x".into())),
+            FailureKind::MemoryLimit
+        );
+        assert_eq!(
+            failure_kind(&StepError::Timeout("1s".into())),
+            FailureKind::Timeout
+        );
+        assert_eq!(
+            failure_kind(&StepError::Failed("no".into())),
+            FailureKind::JobError
+        );
+        assert_eq!(outcome_word(&Ok(StepOutcome::Done)), "done");
+        assert_eq!(
+            outcome_word(&Err(StepError::NotReady("later".into()))),
+            "not-ready"
+        );
+    }
+
+    #[test]
+    fn the_maximum_run_time_counts_from_the_start() {
+        let now = parse_rfc3339("2026-11-27T03:00:00Z").unwrap();
+        let hour = Some(Duration::from_secs(3600));
+        assert!(run_time_exceeded("2026-11-27T01:59:59Z", now, hour));
+        assert!(!run_time_exceeded("2026-11-27T02:00:00Z", now, hour));
+        assert!(!run_time_exceeded("2026-11-27T00:00:00Z", now, None));
+    }
+
+    #[test]
+    fn the_next_due_period_is_the_oldest_ready_one() {
+        let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let now = Instant::now();
+        let mut done = HashSet::new();
+        let mut not_before = HashMap::new();
+        let open = ids(&["2026-11-27"]);
+        let accounted = ids(&["2026-11-26"]);
+        assert_eq!(
+            next_due(&open, &[], &accounted, &done, &not_before, now).as_deref(),
+            Some("2026-11-26")
+        );
+        not_before.insert("2026-11-26".to_string(), now + Duration::from_secs(30));
+        assert_eq!(
+            next_due(&open, &[], &accounted, &done, &not_before, now).as_deref(),
+            Some("2026-11-27")
+        );
+        done.insert("2026-11-27".to_string());
+        assert_eq!(
+            next_due(&open, &[], &accounted, &done, &not_before, now),
+            None
+        );
+        // A request brings a period finished here back.
+        let requested = ids(&["2026-11-27"]);
+        assert_eq!(
+            next_due(&open, &requested, &accounted, &done, &not_before, now).as_deref(),
+            Some("2026-11-27")
+        );
+    }
+
+    #[test]
+    fn long_errors_are_cut_on_a_character_boundary() {
+        let long = "é".repeat(ERROR_MAX);
+        let cut = clip(long);
+        assert!(cut.ends_with(" [cut]"));
+        assert!(cut.len() <= ERROR_MAX + " [cut]".len());
+        assert_eq!(clip("short".into()), "short");
+    }
+}

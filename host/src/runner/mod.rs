@@ -1,0 +1,348 @@
+//! The runner of one job: while this node leads, it completes the job's due periods.
+//!
+//! Every round (each heartbeat, each fire time, or sooner) the leader reads the job's state in
+//! one round trip (requests, open runs, pause flag, cursor), then:
+//!
+//! 1. **Accounts** ([`account`]) for the periods that fired since the cursor
+//!    ([`crate::spec::Schedule::since`]): each gets a run record in one fenced write with the
+//!    new cursor — `pending`, or `missed` under the catch-up policy, or `skipped` under the
+//!    overlap policy — so no period is ever dropped silently (I5).
+//! 2. **Runs** ([`period`]) the first due period (open runs, requests, and what it just made
+//!    pending, in period order): `done` is final; `running`/`waiting`/`pending` resume from
+//!    the saved step and checkpoint; a requested period whose record is `failed`, `missed` or
+//!    `skipped` runs again as a new attempt. Before every step it checks the term
+//!    ([`Term::still_leader`]), the pause flag (as last read, at most a heartbeat old) and the
+//!    maximum run time; after every step it saves the record and the checkpoint in one fenced
+//!    write. A failed step is retried from the checkpoint under the retry policy. A step is
+//!    stopped as soon as the term ends (see [`crate::runtime`]), and nothing is written after
+//!    that: the next leader resumes from the last checkpoint.
+//!
+//! The rules themselves (catch-up, overlap, re-runs, retries, which period is next) are pure
+//! functions in [`decide`], tested on their own.
+//!
+//! The runner's task runs inside the job's `job` span and each term inside a `term` span
+//! (`token`), so log lines here carry `job`, `node` and `token` without naming them.
+//!
+//! On shutdown the running step is dropped (which stops the guest) before the elector releases
+//! the lease (I7).
+
+mod account;
+mod decide;
+mod period;
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use redis::aio::ConnectionManager;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument as _, info, info_span, warn};
+
+use crate::config::Timing;
+use crate::elector::Role;
+use crate::keys::JobKeys;
+use crate::runs;
+use crate::runtime::{LoadedJob, Runtime};
+use crate::spec::Period;
+use crate::term::Term;
+
+/// How long a period whose inputs are not ready waits before its step is tried again.
+pub(crate) const NOT_READY_RETRY: Duration = Duration::from_secs(30);
+/// How long after a Redis error the runner tries again.
+const ERROR_RETRY: Duration = Duration::from_secs(1);
+/// Finished periods remembered to avoid re-reading their records; forgotten all at once when
+/// full (forgetting costs one read per period).
+const DONE_CACHE: usize = 10_000;
+/// Component versions of one job a runner keeps, newest last, so that a run started before a
+/// replacement finishes with the version it started with.
+const VERSIONS_KEPT: usize = 8;
+
+/// Everything one job's runner needs.
+pub(crate) struct Runner {
+    /// The version new runs use (the latest loaded).
+    job: Arc<LoadedJob>,
+    /// Where newer versions arrive (from the jobs directory).
+    versions: watch::Receiver<Arc<LoadedJob>>,
+    /// Versions seen since start, oldest first (at most [`VERSIONS_KEPT`]).
+    known: Vec<Arc<LoadedJob>>,
+    runtime: Runtime,
+    conn: ConnectionManager,
+    node: String,
+    timing: Timing,
+    data_dir: Option<PathBuf>,
+    keys: JobKeys,
+    /// The pause flag as last read (every round, and at each fire time or heartbeat during a
+    /// run): checked before each step without a round trip of its own.
+    paused: AtomicBool,
+}
+
+/// How a period's run ended on this node.
+enum RunEnd {
+    /// The record is final (done, failed, missed or skipped), now or earlier.
+    Finished,
+    /// Not now: waiting for inputs or for a retry's backoff; try again at the instant.
+    Later(Instant),
+    /// The job is paused; the run resumes when it is resumed.
+    Paused,
+    /// The term ended; stop leading.
+    Lost,
+    /// A Redis error interrupted the run; it resumes from its last checkpoint.
+    Interrupted(String),
+    /// The run record is unreadable; the period is skipped (logged as an error).
+    Broken,
+}
+
+impl RunEnd {
+    fn why(&self) -> String {
+        match self {
+            RunEnd::Interrupted(w) => w.clone(),
+            RunEnd::Lost => "the term ended".into(),
+            _ => String::new(),
+        }
+    }
+}
+
+impl Runner {
+    /// A runner for the job whose versions arrive on `versions` (the current one first), with
+    /// inputs from `data_dir` (`<data-dir>/<job>/`, when it exists).
+    pub(crate) fn new(
+        mut versions: watch::Receiver<Arc<LoadedJob>>,
+        runtime: Runtime,
+        conn: ConnectionManager,
+        node: String,
+        timing: Timing,
+        data_dir: Option<PathBuf>,
+    ) -> Self {
+        let job = versions.borrow_and_update().clone();
+        Runner {
+            keys: JobKeys::new(&job.spec.name),
+            known: vec![job.clone()],
+            job,
+            versions,
+            runtime,
+            conn,
+            node,
+            timing,
+            data_dir,
+            paused: AtomicBool::new(false),
+        }
+    }
+
+    /// Takes up a newer version, if one arrived.
+    fn refresh(&mut self) {
+        if self.versions.has_changed().unwrap_or(false) {
+            let job = self.versions.borrow_and_update().clone();
+            self.known.retain(|k| k.hash != job.hash);
+            self.known.push(job.clone());
+            if self.known.len() > VERSIONS_KEPT {
+                self.known.remove(0);
+            }
+            self.job = job;
+        }
+    }
+
+    /// Runs the job whenever `role` says this node leads, until `stop` is cancelled. Each term
+    /// runs in a `term` span carrying its token.
+    pub(crate) async fn run(mut self, mut role: watch::Receiver<Role>, stop: CancellationToken) {
+        let mut done = HashSet::new();
+        let mut not_before = HashMap::new();
+        loop {
+            let term = loop {
+                if stop.is_cancelled() {
+                    return;
+                }
+                if let Some(t) = role.borrow_and_update().term() {
+                    break t.clone();
+                }
+                tokio::select! {
+                    changed = role.changed() => if changed.is_err() { return },
+                    _ = stop.cancelled() => return,
+                }
+            };
+            let span = info_span!("term", token = term.token());
+            tokio::select! {
+                _ = self.lead(&term, &mut done, &mut not_before).instrument(span) => {}
+                _ = stop.cancelled() => {
+                    info!(token = term.token(), "shutdown: running step stopped");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Completes due periods while `term` lasts.
+    async fn lead(
+        &mut self,
+        term: &Term,
+        done: &mut HashSet<String>,
+        not_before: &mut HashMap<String, Instant>,
+    ) {
+        let poll = self.timing.heartbeat;
+        let mut paused_logged = false;
+        while term.still_leader() {
+            self.refresh();
+            let mut conn = self.conn.clone();
+            let state = match self.in_term(term, runs::state(&mut conn, &self.keys)).await {
+                Ok(s) => s,
+                Err(RunEnd::Lost) => return,
+                Err(e) => {
+                    warn!("cannot read the job's state: {}", e.why());
+                    self.pause_for(term, ERROR_RETRY).await;
+                    continue;
+                }
+            };
+            self.paused.store(state.paused.is_some(), Ordering::Relaxed);
+            if let Some(why) = &state.paused {
+                if !paused_logged {
+                    info!(paused = %why, "job paused: no step starts until it is resumed; periods that fire meanwhile are handled by the catch-up policy on resume");
+                    paused_logged = true;
+                }
+                self.pause_for(term, poll).await;
+                continue;
+            }
+            if paused_logged {
+                info!("job resumed");
+                paused_logged = false;
+            }
+            let accounted = match self.account(term, &state).await {
+                Ok(p) => p,
+                Err(RunEnd::Lost) => return,
+                Err(e) => {
+                    warn!("cannot account for fired periods: {}", e.why());
+                    Vec::new()
+                }
+            };
+            let now = Instant::now();
+            let next = decide::next_due(
+                &state.open,
+                &state.requested,
+                &accounted,
+                done,
+                not_before,
+                now,
+            );
+            let Some(id) = next else {
+                // Nothing due: wait for the next fire time, a request, a retry, or the term's end.
+                let until_fire = self.until_next_fire(poll);
+                let until_retry = not_before
+                    .values()
+                    .map(|t| t.saturating_duration_since(now))
+                    .min()
+                    .unwrap_or(poll);
+                self.pause_for(term, until_fire.min(until_retry).min(poll))
+                    .await;
+                continue;
+            };
+            let requested = state.requested.contains(&id);
+            let Some(period) = self.period_of(&id).await else {
+                continue;
+            };
+            // Periods keep being accounted for at their fire times while the run goes on, so
+            // the overlap and catch-up policies see them on time.
+            let end = {
+                let run = self.run_period(term, &period, requested);
+                tokio::pin!(run);
+                loop {
+                    tokio::select! {
+                        end = &mut run => break end,
+                        _ = tokio::time::sleep(self.until_next_fire(poll)) => {
+                            if let Err(e) = self.account_now(term).await {
+                                warn!("cannot account for fired periods during a run: {}", e.why());
+                            }
+                        }
+                    }
+                }
+            };
+            match end {
+                end @ (RunEnd::Finished | RunEnd::Broken) => {
+                    if done.len() >= DONE_CACHE {
+                        done.clear();
+                    }
+                    done.insert(period.id.clone());
+                    not_before.remove(&period.id);
+                    let cleared = async {
+                        runs::clear_request(&mut conn, &self.keys, &period.id).await?;
+                        if !matches!(end, RunEnd::Broken) {
+                            runs::mark_open(&mut conn, &self.keys, &period.id, false).await?;
+                        }
+                        Ok::<_, redis::RedisError>(())
+                    };
+                    if let Err(e) = cleared.await {
+                        warn!(period = %period.id, "cannot clear the run's request or open mark: {e}");
+                    }
+                }
+                RunEnd::Later(at) => {
+                    not_before.insert(period.id.clone(), at);
+                }
+                RunEnd::Paused => {}
+                RunEnd::Lost => return,
+                RunEnd::Interrupted(why) => {
+                    warn!(period = %period.id, "run interrupted, resuming from its checkpoint: {why}");
+                    not_before.insert(period.id.clone(), Instant::now() + ERROR_RETRY);
+                }
+            }
+        }
+    }
+
+    /// How long until the schedule fires next (at most `cap`).
+    fn until_next_fire(&self, cap: Duration) -> Duration {
+        self.job
+            .spec
+            .schedule
+            .next(Utc::now())
+            .and_then(|p| (p.fire.with_timezone(&Utc) - Utc::now()).to_std().ok())
+            .map(|d| d + Duration::from_millis(5))
+            .unwrap_or(cap)
+            .min(cap)
+    }
+
+    /// Waits `d` or until the term ends.
+    async fn pause_for(&self, term: &Term, d: Duration) {
+        tokio::select! {
+            _ = tokio::time::sleep(d) => {}
+            _ = term.ended() => {}
+        }
+    }
+
+    /// The period `id` names in the job's schedule. A period that is not one (a bad request,
+    /// or a record left by a version with another schedule) is dropped from the request and
+    /// open sets, with a warning.
+    async fn period_of(&self, id: &str) -> Option<Period> {
+        let schedule = &self.job.spec.schedule;
+        if let Some(p) = schedule.period_by_id(id) {
+            return Some(p);
+        }
+        warn!(period = %id, "period is not a period of schedule {:?} ({}); dropped", schedule.expr(), schedule.tz());
+        let mut conn = self.conn.clone();
+        let dropped = async {
+            runs::clear_request(&mut conn, &self.keys, id).await?;
+            runs::mark_open(&mut conn, &self.keys, id, false).await
+        };
+        if let Err(e) = dropped.await {
+            warn!(period = %id, "cannot drop the period: {e}");
+        }
+        None
+    }
+
+    /// Runs one Redis read of `term`'s work: a call still pending when the term ends is
+    /// abandoned.
+    async fn in_term<T, E: Into<anyhow::Error>>(
+        &self,
+        term: &Term,
+        call: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, RunEnd> {
+        match term.bound(call).await {
+            Some(r) => r.map_err(|e| RunEnd::Interrupted(format!("{:#}", e.into()))),
+            None => Err(RunEnd::Lost),
+        }
+    }
+}
+
+/// Now, as run records write it (RFC 3339, UTC, milliseconds).
+fn now_rfc3339() -> String {
+    Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}

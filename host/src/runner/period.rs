@@ -1,0 +1,303 @@
+//! One period's run on this node: enter it (new, resumed, retried or re-run), execute its steps
+//! one at a time with a fenced checkpoint after each, and record how it ended.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use chrono::{SecondsFormat, Utc};
+use tracing::{error, info, warn};
+
+use super::decide::{self, AfterFailure, Entry};
+use super::{NOT_READY_RETRY, RunEnd, Runner, now_rfc3339};
+use crate::config::show;
+use crate::fence::{self, TermWriteError};
+use crate::runs::{self, FailureKind, RecordError, RunRecord, RunStatus};
+use crate::runtime::{LoadedJob, RunInfo, StepContext, StepError, StepOutcome};
+use crate::spec::Period;
+use crate::term::Term;
+
+impl Runner {
+    /// Runs (or resumes) one period until it is done, fails, waits, or the term ends. A run
+    /// that has completed steps continues with the component version it started with; when
+    /// this host no longer has that version, the run fails (versions are never mixed).
+    /// `requested`: an operator asked for this period, so a final record other than `done` is
+    /// run again as a new attempt.
+    pub(super) async fn run_period(&self, term: &Term, period: &Period, requested: bool) -> RunEnd {
+        let keys = &self.keys;
+        let token = term.token();
+        let policies = self.job.spec.policies;
+        let mut version = &self.job;
+        let mut conn = self.conn.clone();
+        let existing = match term.bound(runs::read(&mut conn, keys, &period.id)).await {
+            None => return RunEnd::Lost,
+            Some(Ok(r)) => r,
+            Some(Err(e @ RecordError::Corrupt { .. })) => {
+                error!(period = %period.id, "{e}; the period is skipped until the record is repaired or deleted");
+                return RunEnd::Broken;
+            }
+            Some(Err(RecordError::Redis(e))) => return RunEnd::Interrupted(e.to_string()),
+        };
+        let now = now_rfc3339();
+        let mut record = match (decide::entry(existing.as_ref(), requested), existing) {
+            (Entry::Finished, _) => return RunEnd::Finished,
+            (Entry::Rerun { attempt }, Some(mut r)) => {
+                info!(period = %period.id, previous = r.status.as_str(), "re-running the period as an operator asked");
+                r.attempt = attempt;
+                r.status = RunStatus::Pending;
+                r.step = 0;
+                r.started_at = now.clone();
+                r.finished_at = None;
+                r.failure = None;
+                r.retry_at = None;
+                r
+            }
+            (Entry::Continue, Some(r)) => r,
+            _ => RunRecord::new(period, RunStatus::Pending, &now),
+        };
+        if record.status == RunStatus::Pending
+            && let Some(at) = record.retry_at.as_deref().and_then(decide::parse_rfc3339)
+            && at > Utc::now()
+        {
+            let wait = (at - Utc::now()).to_std().unwrap_or_default();
+            return RunEnd::Later(Instant::now() + wait);
+        }
+        if record.step > 0 && record.component != version.hash {
+            match self.known.iter().find(|k| k.hash == record.component) {
+                Some(old) => {
+                    info!(period = %period.id, step = record.step, component = %old.hash, latest = %version.hash, "run continues with the component version it started with");
+                    version = old;
+                }
+                None => {
+                    let why = format!(
+                        "the run started with component {} and completed {} steps; this host has only {}, and a run never mixes versions",
+                        record.component, record.step, version.hash
+                    );
+                    return self
+                        .fail(term, version, &mut record, FailureKind::VersionChanged, why)
+                        .await;
+                }
+            }
+        }
+        let mut state = if record.step == 0 {
+            None
+        } else {
+            match self
+                .in_term(term, runs::read_checkpoint(&mut conn, keys, &period.id))
+                .await
+            {
+                Ok(s) => s,
+                Err(end) => return end,
+            }
+        };
+        if record.status == RunStatus::Running && record.token != token {
+            info!(period = %period.id, step = record.step, previous_token = record.token, previous_node = %record.node, "resuming run from its checkpoint");
+        } else if record.status == RunStatus::Pending && record.attempt > 1 {
+            info!(period = %period.id, step = record.step, attempt = record.attempt, "retrying run from its checkpoint");
+        } else if record.step == 0 && record.status == RunStatus::Pending {
+            info!(period = %period.id, "starting run");
+            record.started_at = now.clone();
+        }
+        record.status = RunStatus::Running;
+        record.error = None;
+        record.retry_at = None;
+        if let Err(e) = runs::mark_open(&mut conn, keys, &period.id, true).await {
+            return RunEnd::Interrupted(e.to_string());
+        }
+        if let Err(end) = self.save(term, version, &mut record, None).await {
+            return end;
+        }
+        let run = RunInfo {
+            period: period.id.clone(),
+            scheduled_at: record.scheduled_at.clone(),
+            attempt: record.attempt,
+        };
+        loop {
+            if !term.still_leader() {
+                return RunEnd::Lost;
+            }
+            if let Some(max) = policies.max_run_time
+                && decide::run_time_exceeded(&record.started_at, Utc::now(), Some(max))
+            {
+                let why = format!(
+                    "the run has taken longer than its maximum run time of {} (started {})",
+                    show(max),
+                    record.started_at
+                );
+                return self
+                    .fail(term, version, &mut record, FailureKind::RunTimeout, why)
+                    .await;
+            }
+            if self.paused.load(Ordering::Relaxed) {
+                info!(period = %period.id, step = record.step, "job paused before the step; the run resumes here when the job is resumed");
+                return RunEnd::Paused;
+            }
+            let ctx = StepContext {
+                job: self.job.spec.name.clone(),
+                node: self.node.clone(),
+                keys: keys.clone(),
+                term: term.clone(),
+                conn: self.conn.clone(),
+                data_dir: self.data_dir.clone(),
+            };
+            let started = Instant::now();
+            let outcome = self
+                .runtime
+                .run_step(version, ctx, &run, record.step, state.as_deref())
+                .await;
+            let took = started.elapsed();
+            crate::metrics::get().step(&self.job.spec.name, decide::outcome_word(&outcome), took);
+            match outcome {
+                Ok(StepOutcome::Continue(next))
+                    if next.len() as u64 > version.spec.limits.write_bytes =>
+                {
+                    let why = format!(
+                        "step {} returned a state of {} bytes, more than the job's write limit of {} bytes",
+                        record.step,
+                        next.len(),
+                        version.spec.limits.write_bytes
+                    );
+                    return self
+                        .fail(term, version, &mut record, FailureKind::StateTooLarge, why)
+                        .await;
+                }
+                Ok(StepOutcome::Continue(next)) => {
+                    record.step += 1;
+                    if let Err(end) = self.save(term, version, &mut record, Some(&next)).await {
+                        return end;
+                    }
+                    // Logged once the checkpoint is saved: a step that is "done" is never redone.
+                    info!(period = %period.id, step = record.step - 1, took_ms = format!("{:.1}", took.as_secs_f64() * 1e3), "step done");
+                    state = Some(next);
+                }
+                Ok(StepOutcome::Done) => {
+                    record.step += 1;
+                    record.status = RunStatus::Done;
+                    record.finished_at = Some(now_rfc3339());
+                    if let Err(end) = self.save(term, version, &mut record, None).await {
+                        return end;
+                    }
+                    info!(period = %period.id, steps = record.step, attempt = record.attempt, component = %version.hash, "run done");
+                    crate::metrics::get().run_final(&self.job.spec.name, "done");
+                    return RunEnd::Finished;
+                }
+                Err(StepError::NotReady(why)) => {
+                    info!(period = %period.id, step = record.step, "inputs not ready, trying again in {}: {why}", show(NOT_READY_RETRY));
+                    record.status = RunStatus::Waiting;
+                    record.error = Some(decide::clip(why));
+                    return match self.save(term, version, &mut record, None).await {
+                        Ok(()) => RunEnd::Later(Instant::now() + NOT_READY_RETRY),
+                        Err(end) => end,
+                    };
+                }
+                Err(StepError::LostLeadership(None)) if term.still_leader() => {
+                    return RunEnd::Interrupted(
+                        "the job returned lost-leadership while this node still leads".into(),
+                    );
+                }
+                Err(StepError::LostLeadership(why)) => {
+                    warn!(period = %period.id, step = record.step, "step abandoned: leadership lost{}", why.map(|w| format!(" ({w})")).unwrap_or_default());
+                    return RunEnd::Lost;
+                }
+                Err(StepError::Host(why)) => return RunEnd::Interrupted(why),
+                Err(e) if !term.still_leader() => {
+                    warn!(period = %period.id, step = record.step, "step abandoned after the term ended: {e}");
+                    return RunEnd::Lost;
+                }
+                Err(e) => {
+                    let kind = decide::failure_kind(&e);
+                    return self
+                        .fail(term, version, &mut record, kind, e.to_string())
+                        .await;
+                }
+            }
+        }
+    }
+
+    /// A step failed (or the run cannot go on): with attempts left under the retry policy (and
+    /// a failure worth retrying), the run becomes `pending` again and retries from its
+    /// checkpoint after the backoff; otherwise it is `failed`. Either way the attempt is
+    /// recorded.
+    async fn fail(
+        &self,
+        term: &Term,
+        version: &LoadedJob,
+        record: &mut RunRecord,
+        kind: FailureKind,
+        why: String,
+    ) -> RunEnd {
+        let why = decide::clip(why);
+        let policies = self.job.spec.policies;
+        if let AfterFailure::Retry { delay } =
+            decide::after_failure(&policies, record.attempt, kind)
+        {
+            warn!(period = %record.period, step = record.step, attempt = record.attempt, failure = ?kind, "attempt failed, retrying in {}: {why}", show(delay));
+            record.attempts.push(runs::FailedAttempt {
+                attempt: record.attempt,
+                step: record.step,
+                failure: kind,
+                error: why.clone(),
+                at: now_rfc3339(),
+            });
+            if record.attempts.len() > 20 {
+                record.attempts.remove(0);
+            }
+            record.attempt += 1;
+            record.status = RunStatus::Pending;
+            record.error = Some(why);
+            record.failure = Some(kind);
+            let at = Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
+            record.retry_at = Some(at.to_rfc3339_opts(SecondsFormat::Millis, true));
+            return match self.save(term, version, record, None).await {
+                Ok(()) => RunEnd::Later(Instant::now() + delay),
+                Err(end) => end,
+            };
+        }
+        error!(period = %record.period, step = record.step, attempt = record.attempt, failure = ?kind, "run failed: {why}");
+        record.status = RunStatus::Failed;
+        record.error = Some(why);
+        record.failure = Some(kind);
+        record.finished_at = Some(now_rfc3339());
+        match self.save(term, version, record, None).await {
+            Ok(()) => {
+                crate::metrics::get().run_final(&self.job.spec.name, "failed");
+                RunEnd::Finished
+            }
+            Err(end) => end,
+        }
+    }
+
+    /// Saves the record (and the checkpoint, when given) in one fenced write, naming `version`
+    /// as the component that runs it. A finished run's checkpoint is deleted in the same write.
+    async fn save(
+        &self,
+        term: &Term,
+        version: &LoadedJob,
+        record: &mut RunRecord,
+        checkpoint: Option<&[u8]>,
+    ) -> Result<(), RunEnd> {
+        let keys = &self.keys;
+        record.token = term.token();
+        record.node = self.node.clone();
+        record.component = version.hash.clone();
+        record.updated_at = now_rfc3339();
+        let json = serde_json::to_vec(&record).expect("run records serialize");
+        let mut sets = vec![(keys.run(&record.period), json.as_slice())];
+        if let Some(c) = checkpoint {
+            sets.push((keys.checkpoint(&record.period), c));
+        }
+        let deletes = if record.status.is_final() {
+            vec![keys.checkpoint(&record.period)]
+        } else {
+            vec![]
+        };
+        if record.status.is_final() {
+            sets.push((keys.last_run(), record.period.as_bytes()));
+        }
+        let mut conn = self.conn.clone();
+        match fence::write_in_term(&mut conn, keys, term, &sets, &deletes).await {
+            Ok(()) => Ok(()),
+            Err(TermWriteError::Ended | TermWriteError::Refused(_)) => Err(RunEnd::Lost),
+            Err(TermWriteError::Redis(e)) => Err(RunEnd::Interrupted(e.to_string())),
+        }
+    }
+}

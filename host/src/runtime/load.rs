@@ -1,0 +1,252 @@
+//! Loading a job: read the component (and its sidecar), compile it or take it from the cache,
+//! type-check it against the `job` world, call `describe()` and validate the spec. Owns
+//! [`LoadedJob`], [`LoadError`] and [`sidecar_of`].
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::Component;
+
+use super::bindings::{self, leasehold::job::types};
+use super::cache::Compiled;
+use super::{HostState, Runtime};
+use crate::spec::{CatchUp, JobSpec, Limits, Overlap, RawSpec, Sidecar};
+
+/// A compiled, type-checked, described job component.
+#[derive(Clone)]
+pub struct LoadedJob {
+    /// The validated spec from `describe()`.
+    pub spec: JobSpec,
+    /// `sha256:` of the component's bytes: names the version in run records.
+    pub hash: String,
+    /// Where it was loaded from.
+    pub path: PathBuf,
+    /// Whether its code came from the compiled-code cache.
+    pub compiled: Compiled,
+    /// `sha256:` of the sidecar file applied to the spec, if there was one.
+    pub sidecar: Option<String>,
+    pub(super) pre: bindings::JobPre<HostState>,
+}
+
+/// Why a component could not be loaded. The message names the file and the reason.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {reason}")]
+pub struct LoadError {
+    /// The file.
+    pub path: PathBuf,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// The sidecar file of a component: the same path with the extension `.toml`.
+pub fn sidecar_of(component: &Path) -> PathBuf {
+    component.with_extension("toml")
+}
+
+impl Runtime {
+    /// Reads, compiles, type-checks and describes a component. A file larger than the host's
+    /// `component_bytes` limit is refused without being read whole. Compilation runs on a
+    /// blocking thread.
+    pub async fn load(&self, path: &Path) -> Result<LoadedJob, LoadError> {
+        let fail = |reason: String| LoadError {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let max = self.host_limits.component_bytes;
+        let file = tokio::fs::File::open(path)
+            .await
+            .map_err(|e| fail(format!("cannot read: {e}")))?;
+        let mut bytes = Vec::new();
+        use tokio::io::AsyncReadExt as _;
+        file.take(max + 1)
+            .read_to_end(&mut bytes)
+            .await
+            .map_err(|e| fail(format!("cannot read: {e}")))?;
+        if bytes.len() as u64 > max {
+            return Err(fail(format!(
+                "larger than the host's max-component-size of {}",
+                crate::config::show_size(max)
+            )));
+        }
+        let sidecar_path = sidecar_of(path);
+        let sidecar =
+            match tokio::fs::read(&sidecar_path).await {
+                Ok(b) if b.len() > 64 * 1024 => {
+                    return Err(fail(format!(
+                        "sidecar {} is larger than 64 KiB",
+                        sidecar_path.display()
+                    )));
+                }
+                Ok(b) => Some(String::from_utf8(b).map_err(|_| {
+                    fail(format!("sidecar {} is not UTF-8", sidecar_path.display()))
+                })?),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => {
+                    return Err(fail(format!(
+                        "cannot read sidecar {}: {e}",
+                        sidecar_path.display()
+                    )));
+                }
+            };
+        self.load_parts(path, bytes, sidecar.as_deref()).await
+    }
+
+    /// [`Runtime::load`] for bytes already read, without a sidecar; `path` only names them in
+    /// errors. This is the whole load path after reading (the fuzz target in `host/fuzz`
+    /// drives it).
+    pub async fn load_bytes(&self, path: &Path, bytes: Vec<u8>) -> Result<LoadedJob, LoadError> {
+        self.load_parts(path, bytes, None).await
+    }
+
+    async fn load_parts(
+        &self,
+        path: &Path,
+        bytes: Vec<u8>,
+        sidecar: Option<&str>,
+    ) -> Result<LoadedJob, LoadError> {
+        let fail = |reason: String| LoadError {
+            path: path.to_path_buf(),
+            reason,
+        };
+        if bytes.len() as u64 > self.host_limits.component_bytes {
+            return Err(fail(format!(
+                "larger than the host's max-component-size of {}",
+                crate::config::show_size(self.host_limits.component_bytes)
+            )));
+        }
+        if !bytes.starts_with(b"\0asm") {
+            return Err(fail("not a WebAssembly file (no \\0asm header)".into()));
+        }
+        if bytes.get(4..8) == Some(&[1, 0, 0, 0]) {
+            return Err(fail(
+                "a core WebAssembly module, not a component: build the job with --target wasm32-wasip2".into(),
+            ));
+        }
+        let content = hex::encode(Sha256::digest(&bytes));
+        let hash = format!("sha256:{content}");
+        let engine = self.engine.clone();
+        let cache = self.cache.clone();
+        let in_memory = self
+            .loaded
+            .lock()
+            .expect("loaded components")
+            .get(&hash)
+            .cloned();
+        let (component, compiled) = match in_memory {
+            Some(c) => (c, Compiled::Shared),
+            None => {
+                let key = content.clone();
+                let (c, compiled) = tokio::task::spawn_blocking(move || match cache {
+                    Some(cache) => cache.load_or_compile(&engine, &key, &bytes),
+                    None => Component::new(&engine, &bytes).map(|c| (c, Compiled::Fresh)),
+                })
+                .await
+                .map_err(|e| fail(format!("compiler task failed: {e}")))?
+                .map_err(|e| fail(format!("not a valid component: {e}")))?;
+                let mut loaded = self.loaded.lock().expect("loaded components");
+                if loaded.len() >= 256 {
+                    loaded.clear();
+                }
+                loaded.insert(hash.clone(), c.clone());
+                (c, compiled)
+            }
+        };
+        let ty = component.component_type();
+        let network: Vec<&str> = ty
+            .imports(&self.engine)
+            .map(|(name, _)| name)
+            .filter(|name| name.starts_with("wasi:sockets/") || name.starts_with("wasi:http/"))
+            .collect();
+        if !network.is_empty() {
+            return Err(fail(format!(
+                "imports {}, which the host does not offer: jobs have no network; their only way out is the fenced store",
+                network.join(", ")
+            )));
+        }
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| fail(format!("needs an import the host does not offer: {e}")))?;
+        let pre = bindings::JobPre::new(pre).map_err(|e| {
+            fail(format!(
+                "does not implement the leasehold:job/job world: {e}"
+            ))
+        })?;
+        let described = self
+            .describe(&pre)
+            .await
+            .map_err(|e| fail(format!("describe() failed: {e}")))?;
+        let mut raw = raw_spec(described);
+        let sidecar_hash = match sidecar {
+            Some(text) => {
+                Sidecar::parse(text)
+                    .and_then(|s| s.apply(&mut raw))
+                    .map_err(|e| fail(e.to_string()))?;
+                Some(format!("sha256:{}", hex::encode(Sha256::digest(text))))
+            }
+            None => None,
+        };
+        let spec = JobSpec::new(&raw, &self.host_limits).map_err(|e| fail(e.to_string()))?;
+        Ok(LoadedJob {
+            spec,
+            hash,
+            sidecar: sidecar_hash,
+            path: path.to_path_buf(),
+            compiled,
+            pre,
+        })
+    }
+
+    async fn describe(&self, pre: &bindings::JobPre<HostState>) -> anyhow::Result<types::JobSpec> {
+        let limits = Limits {
+            // The most any job may ask for: its own limit is not known before describe().
+            memory: self.host_limits.memory.1,
+            step_time: Duration::from_secs(5),
+            write_bytes: 0,
+        };
+        let (state, _stderr) = HostState::new(&limits, 0, None)?;
+        let mut store = self.store(state);
+        let call = async {
+            let job = pre.instantiate_async(&mut store).await?;
+            job.call_describe(&mut store).await
+        };
+        match tokio::time::timeout(limits.step_time, call).await {
+            Ok(r) => Ok(r?),
+            Err(_) => anyhow::bail!(
+                "did not return within {}",
+                crate::config::show(limits.step_time)
+            ),
+        }
+    }
+}
+
+/// The spec a component's `describe()` returned, as a [`RawSpec`] for the sidecar and
+/// [`JobSpec::new`] to check.
+fn raw_spec(described: types::JobSpec) -> RawSpec {
+    let p = &described.policies;
+    RawSpec {
+        name: described.name,
+        schedule: described.schedule,
+        time_zone: described.time_zone,
+        limits: Limits {
+            memory: described.limits.max_memory_bytes,
+            step_time: Duration::from_millis(described.limits.max_step_millis),
+            write_bytes: described.limits.max_write_bytes,
+        },
+        catch_up: match p.catch_up {
+            types::CatchUp::Latest => CatchUp::Latest,
+            types::CatchUp::Skip => CatchUp::Skip,
+            types::CatchUp::All => CatchUp::All,
+        },
+        catch_up_window: Duration::from_millis(p.catch_up_window_millis),
+        retry_attempts: p.retry_attempts,
+        retry_backoff: Duration::from_millis(p.retry_backoff_millis),
+        retry_max_backoff: Duration::from_millis(p.retry_max_backoff_millis),
+        overlap: match p.overlap {
+            types::Overlap::Queue => Overlap::Queue,
+            types::Overlap::Skip => Overlap::Skip,
+        },
+        max_run_time: Duration::from_millis(p.max_run_millis),
+    }
+}

@@ -1,0 +1,119 @@
+//! Running one step: a fresh store, the guest's `run-step` call raced against the term and a
+//! hard deadline, and every way it can end turned into a [`StepError`] value.
+
+use std::time::Instant;
+
+use tracing::{Level, debug, warn};
+
+use super::imports::STDERR_CAPACITY;
+use super::{
+    EPOCH_TICK, HostState, JobError, LoadedJob, RunInfo, Runtime, StepContext, StepOutcome,
+};
+
+/// What ended a step that did not return normally.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StepError {
+    /// The guest returned `job-error.failed`.
+    #[error("job failed: {0}")]
+    Failed(String),
+    /// The guest returned `job-error.not-ready`.
+    #[error("inputs not ready: {0}")]
+    NotReady(String),
+    /// The term ended (deadline, lost lease, or a refused write) before or during the step.
+    #[error("leadership lost{}", .0.as_ref().map(|r| format!(" ({r})")).unwrap_or_default())]
+    LostLeadership(Option<String>),
+    /// The step ran longer than the job's step time limit.
+    #[error("step exceeded its time limit of {0}")]
+    Timeout(String),
+    /// The guest trapped (panic, unreachable, stack overflow, table limit, ...).
+    #[error("guest trapped: {0}")]
+    Trap(String),
+    /// The guest tried to grow its memory past the job's memory limit.
+    #[error("memory limit exceeded: {0}")]
+    MemoryLimit(String),
+    /// The host could not run the step (e.g. the data directory could not be opened). Not the
+    /// job's fault: the run is retried, not failed.
+    #[error("host could not run the step: {0}")]
+    Host(String),
+}
+
+impl Runtime {
+    /// Runs one step of `job` in a fresh store. Never panics on guest misbehaviour: every way a
+    /// step can end is a value.
+    pub async fn run_step(
+        &self,
+        job: &LoadedJob,
+        ctx: StepContext,
+        run: &RunInfo,
+        step: u32,
+        state: Option<&[u8]>,
+    ) -> Result<StepOutcome, StepError> {
+        let term = ctx.term.clone();
+        let (job_name, node) = (ctx.job.clone(), ctx.node.clone());
+        let limits = job.spec.limits;
+        let (host_state, stderr) = HostState::new(&limits, self.host_limits.log_lines, Some(ctx))
+            .map_err(|e| StepError::Host(format!("{e:#}")))?;
+        let mut store = self.store(host_state);
+        let hard_deadline = Instant::now() + limits.step_time + EPOCH_TICK * 5;
+        let result = {
+            let call = async {
+                let instance = job.pre.instantiate_async(&mut store).await?;
+                let res = store.data_mut().table.push(term.clone())?;
+                instance
+                    .call_run_step(&mut store, res, run, step, state)
+                    .await
+            };
+            tokio::select! {
+                r = call => Some(r),
+                _ = term.ended() => None,
+                _ = tokio::time::sleep_until(hard_deadline.into()) => None,
+            }
+        };
+        let data = store.data();
+        // Whatever noticed first (the guest, the epoch callback, or the select), a lost term
+        // carries the fence's refusal when a refused write is what ended it.
+        let lost = || StepError::LostLeadership(data.refusal.as_ref().map(|r| r.to_string()));
+        let outcome = match result {
+            Some(Ok(Ok(outcome))) => Ok(outcome),
+            Some(Ok(Err(JobError::Failed(m)))) => Err(StepError::Failed(m)),
+            Some(Ok(Err(JobError::NotReady(m)))) => Err(StepError::NotReady(m)),
+            Some(Ok(Err(JobError::LostLeadership))) => Err(lost()),
+            Some(Err(trap)) => Err(match &data.interrupt {
+                Some(StepError::Timeout(_)) => {
+                    StepError::Timeout(crate::config::show(limits.step_time))
+                }
+                Some(StepError::LostLeadership(_)) => lost(),
+                Some(i) => i.clone(),
+                None if data.limits.memory_exceeded => StepError::MemoryLimit(trap_message(&trap)),
+                None => StepError::Trap(trap_message(&trap)),
+            }),
+            None if !term.still_leader() => Err(lost()),
+            None => Err(StepError::Timeout(crate::config::show(limits.step_time))),
+        };
+        if data.log_dropped > 0 {
+            warn!(job = %job_name, node = %node, token = term.token(), dropped = data.log_dropped, "guest log lines dropped (more than {} in one step)", self.host_limits.log_lines);
+        }
+        let (err_bytes, err_dropped) = stderr.take();
+        for line in String::from_utf8_lossy(&err_bytes)
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+        {
+            tracing::event!(Level::WARN, job = %job_name, node = %node, token = term.token(), stderr = true, "guest: {line}");
+        }
+        if err_dropped > 0 {
+            warn!(job = %job_name, node = %node, token = term.token(), dropped = err_dropped, "guest stderr cut: more than {STDERR_CAPACITY} bytes in one step");
+        }
+        debug!(job = %job_name, node = %node, token = term.token(), step, "step finished");
+        outcome
+    }
+}
+
+/// One line naming what went wrong: the trap (`unreachable` after a panic, call stack
+/// exhausted, …) or the root cause (a memory grow refused by the limits). A panic's message
+/// comes through the guest's stderr, which is logged with the step.
+fn trap_message(e: &wasmtime::Error) -> String {
+    match e.downcast_ref::<wasmtime::Trap>() {
+        Some(trap) => trap.to_string(),
+        None => e.root_cause().to_string(),
+    }
+}

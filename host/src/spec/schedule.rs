@@ -1,0 +1,379 @@
+//! A job's schedule: a cron expression read on a time zone's wall clock ([`Schedule`]), and the
+//! periods it fires ([`Period`]), including how fire times in DST gaps and folds map to instants.
+
+use std::str::FromStr;
+
+use chrono::{DateTime, LocalResult, NaiveDate, NaiveDateTime, Offset, TimeZone, Utc};
+use chrono_tz::Tz;
+
+use super::{SpecError, SpecField};
+
+/// A cron schedule in a time zone, read on the zone's wall clock.
+///
+/// Fire times are the wall-clock times the cron expression names, each mapped to one instant:
+/// a time that occurs twice (a DST fold) fires once, at its first occurrence; a time that does
+/// not occur (a DST gap) fires at the instant it would have had under the offset in force before
+/// the gap (02:30 in a gap of 02:00–03:00 fires at 03:30). So a daily job fires exactly once per
+/// local day, whatever the transitions.
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    expr: String,
+    cron: cron::Schedule,
+    tz: Tz,
+    /// Fires at most once per local day: period ids are dates.
+    daily: bool,
+}
+
+/// One period: its id and its fire time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Period {
+    /// `YYYY-MM-DD` or `YYYY-MM-DDTHH:MM:SS`, local to the schedule's zone.
+    pub id: String,
+    /// The instant the period starts.
+    pub fire: DateTime<Tz>,
+    /// The wall-clock fire time the cron expression names (what the cursor records).
+    pub local: NaiveDateTime,
+}
+
+/// Wall-clock times stand in for UTC inside the cron iterator: the zone is applied afterwards.
+fn as_utc(local: NaiveDateTime) -> DateTime<Utc> {
+    Utc.from_utc_datetime(&local)
+}
+
+impl Schedule {
+    /// Parses a cron expression with seconds (`sec min hour dom month dow [year]`) in an IANA
+    /// time zone.
+    pub fn parse(expr: &str, time_zone: &str) -> Result<Self, SpecError> {
+        let cron = cron::Schedule::from_str(expr).map_err(|e| {
+            SpecError::field(
+                SpecField::Schedule,
+                format!("schedule {expr:?} is not a valid cron expression with seconds (sec min hour day-of-month month day-of-week): {e}"),
+            )
+        })?;
+        let tz = Tz::from_str(time_zone).map_err(|_| {
+            SpecError::field(
+                SpecField::TimeZone,
+                format!(
+                    "time-zone {time_zone:?} is not an IANA time zone name (e.g. Europe/London, UTC)"
+                ),
+            )
+        })?;
+        let start = NaiveDate::from_ymd_opt(2000, 1, 1).unwrap().into();
+        let fires: Vec<_> = cron.after(&as_utc(start)).take(64).collect();
+        if fires.is_empty() {
+            return Err(SpecError::field(
+                SpecField::Schedule,
+                format!("schedule {expr:?} never fires"),
+            ));
+        }
+        let daily = fires
+            .windows(2)
+            .all(|w| w[0].date_naive() != w[1].date_naive());
+        Ok(Schedule {
+            expr: expr.to_string(),
+            cron,
+            tz,
+            daily,
+        })
+    }
+
+    /// The cron expression.
+    pub fn expr(&self) -> &str {
+        &self.expr
+    }
+
+    /// The time zone.
+    pub fn tz(&self) -> Tz {
+        self.tz
+    }
+
+    /// Whether periods are local days.
+    pub fn is_daily(&self) -> bool {
+        self.daily
+    }
+
+    /// The instant at which the wall-clock time `local` fires (see [`Schedule`]).
+    pub fn instant(&self, local: NaiveDateTime) -> DateTime<Tz> {
+        match self.tz.from_local_datetime(&local) {
+            LocalResult::Single(t) => t,
+            LocalResult::Ambiguous(first, _) => first,
+            LocalResult::None => {
+                // In a gap: read `local` with the offset in force before the gap.
+                let before = (1..=48)
+                    .find_map(|h| {
+                        self.tz
+                            .from_local_datetime(&(local - chrono::Duration::hours(h)))
+                            .earliest()
+                    })
+                    .map(|t| t.offset().fix().local_minus_utc())
+                    .unwrap_or(0);
+                self.tz
+                    .from_utc_datetime(&(local - chrono::Duration::seconds(i64::from(before))))
+            }
+        }
+    }
+
+    fn period(&self, local: NaiveDateTime) -> Period {
+        let id = if self.daily {
+            local.format("%Y-%m-%d").to_string()
+        } else {
+            local.format("%Y-%m-%dT%H:%M:%S").to_string()
+        };
+        Period {
+            id,
+            fire: self.instant(local),
+            local,
+        }
+    }
+
+    fn local_now(&self, now: DateTime<Utc>) -> NaiveDateTime {
+        now.with_timezone(&self.tz).naive_local()
+    }
+
+    /// The latest period that has started at or before `now`.
+    pub fn current(&self, now: DateTime<Utc>) -> Option<Period> {
+        let from = as_utc(self.local_now(now) + chrono::Duration::seconds(1));
+        let mut back = self.cron.after(&from);
+        (0..10_000)
+            .map_while(|_| back.next_back())
+            .map(|f| self.period(f.naive_utc()))
+            .find(|p| p.fire <= now)
+    }
+
+    /// The first period that starts after `now`.
+    pub fn next(&self, now: DateTime<Utc>) -> Option<Period> {
+        // A fire time in a gap that has just passed starts later than its wall-clock time
+        // suggests: look back across the gap when the offset changed in the last hours.
+        let earlier = now - chrono::Duration::hours(3);
+        let offset = |t: DateTime<Utc>| t.with_timezone(&self.tz).offset().fix();
+        let start = if offset(earlier) == offset(now) {
+            self.local_now(now)
+        } else {
+            self.local_now(earlier)
+        };
+        let from = as_utc(start - chrono::Duration::seconds(1));
+        self.cron
+            .after(&from)
+            .take(100_000)
+            .map(|f| self.period(f.naive_utc()))
+            .find(|p| p.fire > now)
+    }
+
+    /// The periods that started after the wall-clock fire time `cursor` and at or before
+    /// `now`, oldest first: the newest `cap` of them, and whether older ones were left out.
+    /// Without a cursor, only the current period.
+    pub fn since(
+        &self,
+        cursor: Option<NaiveDateTime>,
+        now: DateTime<Utc>,
+        cap: usize,
+    ) -> (Vec<Period>, bool) {
+        let Some(cursor) = cursor else {
+            return (self.current(now).into_iter().collect(), false);
+        };
+        let from = as_utc(self.local_now(now) + chrono::Duration::seconds(1));
+        let mut back = self.cron.after(&from);
+        let mut out = Vec::new();
+        let mut truncated = false;
+        while let Some(f) = back.next_back() {
+            let local = f.naive_utc();
+            if local <= cursor {
+                break;
+            }
+            let p = self.period(local);
+            if p.fire > now {
+                continue;
+            }
+            if out.len() == cap {
+                truncated = true;
+                break;
+            }
+            out.push(p);
+        }
+        out.reverse();
+        (out, truncated)
+    }
+
+    /// The period with id `id`, if the schedule has one.
+    pub fn period_by_id(&self, id: &str) -> Option<Period> {
+        if self.daily {
+            let date = NaiveDate::parse_from_str(id, "%Y-%m-%d").ok()?;
+            let fire = self
+                .cron
+                .after(&as_utc(
+                    date.and_hms_opt(0, 0, 0)? - chrono::Duration::seconds(1),
+                ))
+                .next()?;
+            (fire.date_naive() == date).then(|| self.period(fire.naive_utc()))
+        } else {
+            let local = NaiveDateTime::parse_from_str(id, "%Y-%m-%dT%H:%M:%S").ok()?;
+            self.cron
+                .includes(as_utc(local))
+                .then(|| self.period(local))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn utc(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    #[test]
+    fn a_daily_schedule_has_date_periods() {
+        let s = Schedule::parse("0 30 2 * * *", "Europe/London").unwrap();
+        let p = s.current(utc("2026-11-29T11:57:00Z")).unwrap();
+        assert_eq!(p.id, "2026-11-29");
+        assert_eq!(p.fire.to_rfc3339(), "2026-11-29T02:30:00+00:00");
+        let before = s.current(utc("2026-11-29T02:29:59Z")).unwrap();
+        assert_eq!(before.id, "2026-11-28");
+        assert_eq!(
+            s.next(utc("2026-11-29T11:57:00Z")).unwrap().id,
+            "2026-11-30"
+        );
+    }
+
+    #[test]
+    fn the_next_period_starts_after_now() {
+        let s = Schedule::parse("* * * * * *", "UTC").unwrap();
+        let now = utc("2026-11-29T14:31:49.300Z");
+        assert_eq!(s.current(now).unwrap().id, "2026-11-29T14:31:49");
+        assert_eq!(s.next(now).unwrap().id, "2026-11-29T14:31:50");
+    }
+
+    #[test]
+    fn a_fire_time_is_its_own_current_period() {
+        let s = Schedule::parse("0 30 2 * * *", "UTC").unwrap();
+        assert_eq!(
+            s.current(utc("2026-11-29T02:30:00Z")).unwrap().id,
+            "2026-11-29"
+        );
+    }
+
+    #[test]
+    fn an_hourly_schedule_has_date_time_periods() {
+        let s = Schedule::parse("0 0 * * * *", "America/New_York").unwrap();
+        let p = s.current(utc("2026-11-29T15:20:00Z")).unwrap();
+        assert_eq!(p.id, "2026-11-29T10:00:00");
+    }
+
+    #[test]
+    fn periods_are_found_by_id() {
+        let s = Schedule::parse("0 30 2 * * *", "Asia/Tokyo").unwrap();
+        let p = s.period_by_id("2026-11-27").unwrap();
+        assert_eq!(p.fire.to_rfc3339(), "2026-11-27T02:30:00+09:00");
+        assert!(s.period_by_id("2026-11-31").is_none());
+        assert!(s.period_by_id("yesterday").is_none());
+        let h = Schedule::parse("0 0 */6 * * *", "UTC").unwrap();
+        assert!(h.period_by_id("2026-11-27T06:00:00").is_some());
+        assert!(h.period_by_id("2026-11-27T07:00:00").is_none());
+    }
+
+    /// Every period of `s` from `from` to `to` (RFC 3339), oldest first.
+    fn periods(s: &Schedule, from: &str, to: &str) -> Vec<Period> {
+        let start = s.current(utc(from)).unwrap();
+        s.since(Some(start.local), utc(to), 10_000).0
+    }
+
+    #[test]
+    fn a_daily_fire_in_a_dst_gap_fires_once_after_the_gap() {
+        // Europe/Berlin springs forward on 2026-03-29 from 02:00 to 03:00: 02:30 does not exist.
+        let s = Schedule::parse("0 30 2 * * *", "Europe/Berlin").unwrap();
+        let got: Vec<(String, String)> =
+            periods(&s, "2026-03-27T12:00:00Z", "2026-03-31T12:00:00Z")
+                .into_iter()
+                .map(|p| (p.id, p.fire.to_rfc3339()))
+                .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("2026-03-28".into(), "2026-03-28T02:30:00+01:00".into()),
+                ("2026-03-29".into(), "2026-03-29T03:30:00+02:00".into()),
+                ("2026-03-30".into(), "2026-03-30T02:30:00+02:00".into()),
+                ("2026-03-31".into(), "2026-03-31T02:30:00+02:00".into()),
+            ]
+        );
+        // Between 03:00 and 03:30 local on the day of the gap, the day's period has not begun.
+        assert_eq!(
+            s.current(utc("2026-03-29T01:10:00Z")).unwrap().id,
+            "2026-03-28"
+        );
+        assert_eq!(
+            s.next(utc("2026-03-29T01:10:00Z"))
+                .unwrap()
+                .fire
+                .to_rfc3339(),
+            "2026-03-29T03:30:00+02:00"
+        );
+        assert_eq!(
+            s.current(utc("2026-03-29T01:30:00Z")).unwrap().id,
+            "2026-03-29"
+        );
+    }
+
+    #[test]
+    fn a_daily_fire_in_a_dst_fold_fires_once_at_its_first_occurrence() {
+        // Europe/Berlin falls back on 2026-10-25 from 03:00 to 02:00: 02:30 happens twice.
+        let s = Schedule::parse("0 30 2 * * *", "Europe/Berlin").unwrap();
+        let got: Vec<(String, String)> =
+            periods(&s, "2026-10-23T12:00:00Z", "2026-10-27T12:00:00Z")
+                .into_iter()
+                .map(|p| (p.id, p.fire.to_rfc3339()))
+                .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("2026-10-24".into(), "2026-10-24T02:30:00+02:00".into()),
+                ("2026-10-25".into(), "2026-10-25T02:30:00+02:00".into()),
+                ("2026-10-26".into(), "2026-10-26T02:30:00+01:00".into()),
+                ("2026-10-27".into(), "2026-10-27T02:30:00+01:00".into()),
+            ]
+        );
+        // At the second 02:30 (01:30 UTC) nothing new has started: the cursor is at today's.
+        let first = s.period_by_id("2026-10-25").unwrap();
+        let (again, _) = s.since(Some(first.local), utc("2026-10-25T01:45:00Z"), 10);
+        assert!(again.is_empty(), "{again:?}");
+    }
+
+    #[test]
+    fn an_hourly_schedule_runs_the_repeated_hour_once() {
+        let s = Schedule::parse("0 30 * * * *", "Europe/Berlin").unwrap();
+        let ids: Vec<String> = periods(&s, "2026-10-24T22:00:00Z", "2026-10-25T03:00:00Z")
+            .into_iter()
+            .map(|p| p.id)
+            .collect();
+        // Local 01:30 (CEST), 02:30 (CEST; the CET repeat is the same wall time), 03:30 (CET).
+        assert_eq!(
+            ids,
+            vec![
+                "2026-10-25T00:30:00",
+                "2026-10-25T01:30:00",
+                "2026-10-25T02:30:00",
+                "2026-10-25T03:30:00"
+            ]
+        );
+    }
+
+    #[test]
+    fn periods_since_a_cursor_are_capped_to_the_newest() {
+        let s = Schedule::parse("0 0 * * * *", "UTC").unwrap();
+        let cursor = s.period_by_id("2026-11-29T00:00:00").unwrap().local;
+        let (ps, truncated) = s.since(Some(cursor), utc("2026-11-29T10:30:00Z"), 3);
+        assert!(truncated);
+        let ids: Vec<&str> = ps.iter().map(|p| p.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            vec![
+                "2026-11-29T08:00:00",
+                "2026-11-29T09:00:00",
+                "2026-11-29T10:00:00"
+            ]
+        );
+        let (all, truncated) = s.since(Some(cursor), utc("2026-11-29T10:30:00Z"), 100);
+        assert!(!truncated);
+        assert_eq!(all.len(), 10);
+    }
+}
