@@ -9,6 +9,7 @@ use leasehold::config::Timing;
 use leasehold::elector::{Elector, Role, listen_for_releases};
 use leasehold::keys::JobKeys;
 use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
 
 use crate::harness::{RedisServer, deadline, wait_for};
 
@@ -25,10 +26,10 @@ async fn one_of_three_leads_and_a_follower_takes_over_with_a_higher_token() {
         for i in 0..3 {
             let conn = redis::aio::ConnectionManager::new(redis.client()).await.unwrap();
             let (role_tx, role_rx) = watch::channel(Role::Candidate);
-            let (resign_tx, resign_rx) = watch::channel(false);
+            let resign = CancellationToken::new();
             let elector = Elector { job: "recon".into(), node: format!("n{i}"), timing, keys: JobKeys::new("recon"), released: Arc::new(Notify::new()) };
-            let task = tokio::spawn(elector.run(conn, role_tx, resign_rx));
-            nodes.push((task, role_rx, resign_tx));
+            let task = tokio::spawn(elector.run(conn, role_tx, resign.clone()));
+            nodes.push((task, role_rx, resign));
         }
         let (first, token) = wait_for("a leader", Duration::from_secs(10), || {
             let found = nodes.iter().enumerate().find_map(|(i, n)| leader_token(&n.1).map(|t| (i, t)));
@@ -55,7 +56,7 @@ async fn one_of_three_leads_and_a_follower_takes_over_with_a_higher_token() {
         assert!(newer > token, "new token {newer} must exceed {token}");
 
         // A clean resignation releases the lease: the third node takes over.
-        nodes[second].2.send_replace(true);
+        nodes[second].2.cancel();
         let third = wait_for("the third node to lead", Duration::from_secs(10), || {
             let found = nodes.iter().enumerate().filter(|(i, _)| *i != first && *i != second).find_map(|(i, n)| leader_token(&n.1).map(|t| (i, t)));
             async move { found }
@@ -86,15 +87,15 @@ async fn a_resigning_leader_hands_over_without_waiting_for_the_ttl() {
                 .await
                 .unwrap();
             let released = Arc::new(Notify::new());
-            let (stop_tx, stop_rx) = watch::channel(false);
+            let stop = CancellationToken::new();
             let channels = HashMap::from([(keys.released_channel(), released.clone())]);
             tokio::spawn(listen_for_releases(
                 redis.client(),
                 std::sync::Arc::new(std::sync::Mutex::new(channels)),
-                stop_rx,
+                stop.clone(),
             ));
             let (role_tx, role_rx) = watch::channel(Role::Candidate);
-            let (resign_tx, resign_rx) = watch::channel(false);
+            let resign = CancellationToken::new();
             let elector = Elector {
                 job: "handover".into(),
                 node: format!("n{i}"),
@@ -102,7 +103,7 @@ async fn a_resigning_leader_hands_over_without_waiting_for_the_ttl() {
                 keys: keys.clone(),
                 released,
             };
-            tokio::spawn(elector.run(conn, role_tx, resign_rx));
+            tokio::spawn(elector.run(conn, role_tx, resign.clone()));
             // Let n0 win before n1 starts, so that n1 is the follower.
             if i == 0 {
                 let mut r = role_rx.clone();
@@ -111,7 +112,7 @@ async fn a_resigning_leader_hands_over_without_waiting_for_the_ttl() {
                     .expect("n0 leads")
                     .unwrap();
             }
-            nodes.push((role_rx, resign_tx, stop_tx));
+            nodes.push((role_rx, resign, stop));
         }
         wait_for("n1 to follow", Duration::from_secs(5), || {
             let following = matches!(&*nodes[1].0.borrow(), Role::Follower { .. });
@@ -119,7 +120,7 @@ async fn a_resigning_leader_hands_over_without_waiting_for_the_ttl() {
         })
         .await;
         let first = leader_token(&nodes[0].0).unwrap();
-        nodes[0].1.send_replace(true);
+        nodes[0].1.cancel();
         let second = wait_for(
             "n1 to lead after n0 resigned",
             Duration::from_secs(10),

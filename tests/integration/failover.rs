@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use leasehold_harness::fixtures::write_generated_day;
 use redis::AsyncCommands;
 use serde_json::Value;
 
@@ -66,11 +67,8 @@ impl Cluster {
             dir.join("jobs/reconciliation.wasm"),
         )
         .unwrap();
-        let day = dir.join(&format!("data/reconciliation/{PERIOD}"));
-        std::fs::create_dir_all(&day).unwrap();
-        let generated = recon_core::generate_on(rows, 7, recon_core::parse_date(PERIOD).unwrap());
-        std::fs::write(day.join("bank.csv"), &generated.bank_csv).unwrap();
-        std::fs::write(day.join("ledger.csv"), &generated.ledger_csv).unwrap();
+        let generated =
+            write_generated_day(&dir.join("data"), "reconciliation", PERIOD, rows, 7).unwrap();
         let recorder = Recorder::start(&redis).await;
         let mut hosts = Vec::new();
         let mut proxies = Vec::new();
@@ -544,11 +542,7 @@ async fn cpu_heavy_guests_on_every_host_do_not_starve_lease_renewal() {
         // campaign for the reconciliation, which is CPU-bound too. Two cores, three busy hosts.
         let redis = RedisServer::start().await;
         let dir = TempDir::new("cpu");
-        let day = dir.join(&format!("data/reconciliation/{PERIOD}"));
-        std::fs::create_dir_all(&day).unwrap();
-        let generated = recon_core::generate_on(30_000, 9, recon_core::parse_date(PERIOD).unwrap());
-        std::fs::write(day.join("bank.csv"), &generated.bank_csv).unwrap();
-        std::fs::write(day.join("ledger.csv"), &generated.ledger_csv).unwrap();
+        write_generated_day(&dir.join("data"), "reconciliation", PERIOD, 30_000, 9).unwrap();
         let mut hosts = Vec::new();
         for (i, spinner) in ["spinner_a", "spinner_b", "spinner_c"].iter().enumerate() {
             let jobs = dir.join(&format!("jobs-{i}"));

@@ -1,10 +1,17 @@
-//! Integration tests: a real `redis-server` (started per test on a free port) and, where a
-//! test says so, real `leasehold` processes. One test binary; the modules below are its index.
+//! Integration tests: a real `redis-server` (started per test by the `leasehold-harness` crate,
+//! on a port of its own) and, where a test says so, real `leasehold` processes (an HTTP API
+//! binds port 0 and the test reads the bound address from the host's log). One test binary;
+//! the modules below are its index.
+//!
+//! The guest components are built before the tests, not by them: `./dev guests` (`./dev test`
+//! does it), or point `LEASEHOLD_GUESTS_DIR` at a directory of built `.wasm` files.
 //!
 //! Every test has a whole-test deadline ([`harness::deadline`]) and waits on conditions
 //! ([`harness::wait_for`]), never on fixed sleeps.
 
-// Shared helpers: Redis server, guest builds, host processes, waiting.
+// Test helpers: the `leasehold-harness` crate re-exported (Redis servers, host processes,
+// waits, temporary directories, guest components, HTTP), plus wrappers that pass the binary
+// under test, and run-record readers.
 mod harness;
 
 // A fault proxy between a host and Redis: latency, hold-then-release, blackhole.
@@ -38,7 +45,8 @@ mod schedule;
 // The live jobs directory: add, replace (runs keep their version), refuse, remove, partial writes.
 mod jobs_dir;
 
-// A history of applied writes (Redis MONITOR) and the fencing checker.
+// A history of applied writes (Redis MONITOR) and the fencing checker, from the harness crate;
+// the checker's own test.
 mod history;
 
 // Election between in-process electors: one leader, takeover with a higher token.

@@ -10,8 +10,8 @@ use redis::AsyncCommands;
 use serde_json::Value;
 
 use crate::harness::{
-    HostProcess, RedisServer, TempDir, deadline, free_port, guests, http, repo_root, run_leasehold,
-    run_records, start_node, wait_for,
+    HostProcess, RedisConfig, RedisServer, TempDir, deadline, guests, http, repo_root,
+    run_leasehold, run_records, start_host_with_env, start_node, wait_for,
 };
 use crate::history::Recorder;
 
@@ -138,8 +138,7 @@ async fn operated() -> Operated {
         .set("lh:{ticker}:cursor", cursor)
         .await
         .unwrap();
-    let addr = format!("127.0.0.1:{}", free_port());
-    let host = HostProcess::start_with_env(
+    let host = start_host_with_env(
         &[
             "run",
             "--redis-url",
@@ -154,13 +153,15 @@ async fn operated() -> Operated {
             "2s",
             "--heartbeat",
             "500ms",
+            // Port 0: the host binds a free port and logs the address it got.
             "--http",
-            &addr,
+            "127.0.0.1:0",
             "--max-step-time",
             "1s",
         ],
         &[("LEASEHOLD_HTTP_TOKEN", TOKEN)],
     );
+    let addr = host.http_addr(Duration::from_secs(60)).await;
     wait_for(
         "the HTTP API to be ready",
         Duration::from_secs(60),
@@ -699,17 +700,10 @@ async fn an_acl_user_with_a_password_works_and_a_wrong_password_is_a_clear_error
 
 /// A `redis-server` that speaks only TLS, with a private CA; killed on drop.
 struct TlsRedis {
-    child: std::process::Child,
-    port: u16,
+    /// The server (its URL is `rediss://127.0.0.1:<port>`).
+    server: RedisServer,
     ca: std::path::PathBuf,
     _dir: TempDir,
-}
-
-impl Drop for TlsRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Makes a CA and a server certificate for 127.0.0.1 with `openssl`, and starts the server.
@@ -776,46 +770,20 @@ async fn tls_redis() -> TlsRedis {
         "-extfile",
         "san.ext",
     ]);
-    let port = free_port();
-    let child = std::process::Command::new("redis-server")
-        .args([
-            "--port",
-            "0",
-            "--tls-port",
-            &port.to_string(),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .args([
-            "--tls-cert-file",
-            "server.crt",
-            "--tls-key-file",
-            "server.key",
-            "--tls-ca-cert-file",
-            "ca.crt",
-            "--tls-auth-clients",
-            "no",
-        ])
-        .current_dir(&dir.0)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("starting redis-server");
-    wait_for(
-        "the TLS port to accept",
-        Duration::from_secs(10),
-        || async {
-            tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .ok()
-                .map(|_| ())
-        },
-    )
+    // The harness's own start path: a port of its own, retried if another process takes it.
+    let server = RedisServer::start_with(RedisConfig::new().dir(&dir.0).tls().args([
+        "--tls-cert-file",
+        "server.crt",
+        "--tls-key-file",
+        "server.key",
+        "--tls-ca-cert-file",
+        "ca.crt",
+        "--tls-auth-clients",
+        "no",
+    ]))
     .await;
     TlsRedis {
-        child,
-        port,
+        server,
         ca: dir.join("ca.crt"),
         _dir: dir,
     }
@@ -829,7 +797,7 @@ async fn rediss_urls_work_with_a_trusted_ca_and_an_untrusted_server_is_refused()
         let jobs = dir.join("jobs");
         std::fs::create_dir_all(&jobs).unwrap();
         std::fs::copy(guests().wasm("ticker"), jobs.join("ticker.wasm")).unwrap();
-        let url = format!("rediss://127.0.0.1:{}", redis.port);
+        let url = redis.server.url();
         let args = [
             "run",
             "--redis-url",
@@ -844,8 +812,7 @@ async fn rediss_urls_work_with_a_trusted_ca_and_an_untrusted_server_is_refused()
             "500ms",
         ];
         // The private CA is trusted through SSL_CERT_FILE: the host leads and runs over TLS.
-        let host =
-            HostProcess::start_with_env(&args, &[("SSL_CERT_FILE", redis.ca.to_str().unwrap())]);
+        let host = start_host_with_env(&args, &[("SSL_CERT_FILE", redis.ca.to_str().unwrap())]);
         host.wait_for_log("became leader", Duration::from_secs(60))
             .await;
         host.wait_for_log("\"run done\"", Duration::from_secs(30))

@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 
 /// What the proxy does with the bytes it carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fault {
+pub(crate) enum Fault {
     /// Forward at once.
     None,
     /// Forward after this delay (each direction).
@@ -27,7 +27,7 @@ pub enum Fault {
 }
 
 /// A proxy listening on its own port and forwarding to `127.0.0.1:<target>`.
-pub struct FaultProxy {
+pub(crate) struct FaultProxy {
     /// The port hosts connect to.
     pub port: u16,
     fault: watch::Sender<Fault>,
@@ -37,7 +37,7 @@ pub struct FaultProxy {
 
 impl FaultProxy {
     /// Starts forwarding to `target`.
-    pub async fn start(target: u16) -> Self {
+    pub(crate) async fn start(target: u16) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let (fault, _) = watch::channel(Fault::None);
@@ -69,12 +69,12 @@ impl FaultProxy {
     }
 
     /// `redis://127.0.0.1:<proxy port>`.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
     /// Changes the fault. Leaving a blackhole resets every connection it cut off.
-    pub fn set(&self, fault: Fault) {
+    pub(crate) fn set(&self, fault: Fault) {
         let was = self.fault.send_replace(fault);
         if was == Fault::Blackhole && fault != Fault::Blackhole {
             self.reset();
@@ -83,7 +83,7 @@ impl FaultProxy {
 
     /// Closes every open connection now (requests in flight get no answer); new connections
     /// are accepted as before.
-    pub fn reset(&self) {
+    pub(crate) fn reset(&self) {
         for h in self.conns.lock().unwrap().drain(..) {
             h.abort();
         }

@@ -11,8 +11,8 @@ use redis::AsyncCommands;
 use serde_json::Value;
 
 use crate::harness::{
-    HostProcess, RedisServer, TempDir, deadline, free_port, guests, http, run_leasehold,
-    run_record, run_records, start_node, wait_for,
+    HostProcess, RedisServer, TempDir, deadline, guests, http, run_leasehold, run_record,
+    run_records, start_node, wait_for,
 };
 
 /// A host serving one fixture job, with an optional sidecar, data files and seeded cursor.
@@ -50,14 +50,20 @@ async fn setup(
             .await
             .unwrap();
     }
-    let http = format!("127.0.0.1:{}", free_port());
+    // Port 0: the host binds a free port and logs the address it got.
     let host = start_node(
         &redis.url(),
         &jobs,
         "n1",
         ("2s", "500ms"),
-        &["--data-dir", data_dir.to_str().unwrap(), "--http", &http],
+        &[
+            "--data-dir",
+            data_dir.to_str().unwrap(),
+            "--http",
+            "127.0.0.1:0",
+        ],
     );
+    let http = host.http_addr(Duration::from_secs(60)).await;
     Setup {
         redis,
         dir,

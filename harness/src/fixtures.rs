@@ -1,0 +1,35 @@
+//! Input data written for a run: a generated reconciliation day (recon-core's generator), as
+//! the demo and the benchmarks use it.
+
+use std::path::Path;
+
+/// A generated day: the bank statement and ledger CSVs and the totals a correct
+/// reconciliation of them reports.
+pub use recon_core::Generated;
+/// The totals of a reconciliation (a report's `totals`).
+pub use recon_core::Totals;
+
+/// Generates a day of `rows` transactions from `seed`, dated `period` (`YYYY-MM-DD`), and
+/// writes it as `<data_dir>/<job>/<period>/bank.csv` and `ledger.csv` (creating the
+/// directories), where a host started with `--data-dir <data_dir>` gives it to `job`'s run of
+/// `period`. Returns what was generated, with the expected totals.
+pub fn write_generated_day(
+    data_dir: &Path,
+    job: &str,
+    period: &str,
+    rows: usize,
+    seed: u64,
+) -> std::io::Result<Generated> {
+    let date = recon_core::parse_date(period).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{period:?} is not a date (YYYY-MM-DD)"),
+        )
+    })?;
+    let generated = recon_core::generate_on(rows, seed, date);
+    let day = data_dir.join(job).join(period);
+    std::fs::create_dir_all(&day)?;
+    std::fs::write(day.join("bank.csv"), &generated.bank_csv)?;
+    std::fs::write(day.join("ledger.csv"), &generated.ledger_csv)?;
+    Ok(generated)
+}

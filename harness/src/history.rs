@@ -1,0 +1,260 @@
+//! A history of what Redis actually applied, recorded with `MONITOR`, and a checker for the
+//! fencing invariants over it.
+//!
+//! Redis executes commands one at a time and `MONITOR` reports them in that order, including
+//! the commands a script runs (as `[… lua]` lines right after the script's own line). So the
+//! history says, for every applied write of a job's data, run records or checkpoints, which
+//! term (owner, token) made it and what the fence held at that moment.
+//!
+//! The integration tests (failover, billing, operate) record a history around real hosts and
+//! assert on it; the checker's own test is in `tests/integration/history.rs`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use futures_util::StreamExt;
+
+use crate::redis::RedisServer;
+
+/// Records every command the server executes, from `start` until dropped.
+pub struct Recorder {
+    lines: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+    /// Every job's fence when recording started: (token, holder).
+    pub initial: HashMap<String, (u64, String)>,
+}
+
+impl Recorder {
+    /// Notes every fence, then starts `MONITOR` on `redis`. A term that starts in between is
+    /// missing from both, and its writes would look unfenced: start recording before any host
+    /// runs, or while a term holds the lease (it raised its fence before the snapshot).
+    pub async fn start(redis: &RedisServer) -> Self {
+        let mut c = redis.conn().await;
+        let fences: Vec<String> = ::redis::cmd("KEYS")
+            .arg("lh:*:fence")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let mut initial = HashMap::new();
+        for key in fences {
+            let (token, holder): (Option<u64>, Option<String>) = ::redis::cmd("HMGET")
+                .arg(&key)
+                .arg("token")
+                .arg("holder")
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            if let (Some(job), Some(token)) = (job_of(&key), token) {
+                initial.insert(job.to_string(), (token, holder.unwrap_or_default()));
+            }
+        }
+        let monitor = redis.client().get_async_monitor().await.expect("MONITOR");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        let task = tokio::spawn(async move {
+            let mut stream = monitor.into_on_message::<String>();
+            while let Some(line) = stream.next().await {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Recorder {
+            lines,
+            task,
+            initial,
+        }
+    }
+
+    /// Every line so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    /// Checks the history recorded so far (see [`check`]).
+    pub fn check(&self) -> Result<History, String> {
+        check_from(self.initial.clone(), &self.lines())
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// One write that Redis applied inside a fenced-write script.
+#[derive(Debug, Clone)]
+pub struct Applied {
+    /// The full key.
+    pub key: String,
+    /// The value (for `SET`), empty for `DEL`.
+    pub value: String,
+    /// The writing term's owner.
+    pub owner: String,
+    /// The writing term's token.
+    pub token: u64,
+    /// Position in the recorded history.
+    pub at: usize,
+}
+
+/// What the checker found.
+#[derive(Debug, Default)]
+pub struct History {
+    /// Every term start (fence raised by the acquire script): position, token, owner.
+    pub terms: Vec<(usize, u64, String)>,
+    /// Every applied fenced write, in order.
+    pub applied: Vec<Applied>,
+}
+
+impl History {
+    /// Applied writes of the run record of `period` that recorded it as done.
+    pub fn done_records(&self, job: &str, period: &str) -> Vec<&Applied> {
+        let key = format!("lh:{{{job}}}:run:{period}");
+        self.applied
+            .iter()
+            .filter(|a| a.key == key && a.value.contains("\"status\":\"done\""))
+            .collect()
+    }
+}
+
+/// Splits a MONITOR line into its source (`lua` or a client address) and its arguments.
+fn parse(line: &str) -> Option<(bool, Vec<String>)> {
+    let open = line.find('[')?;
+    let close = open + line[open..].find(']')?;
+    let from_lua = line[open..close].ends_with(" lua");
+    let mut args = Vec::new();
+    let mut chars = line[close + 1..].chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '"' {
+            continue;
+        }
+        let mut arg = String::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '"' => break,
+                '\\' => match chars.next() {
+                    Some('n') => arg.push('\n'),
+                    Some('r') => arg.push('\r'),
+                    Some('t') => arg.push('\t'),
+                    Some('x') => {
+                        let hex: String = chars.by_ref().take(2).collect();
+                        arg.push(u8::from_str_radix(&hex, 16).map(char::from).unwrap_or('?'));
+                    }
+                    Some(other) => arg.push(other),
+                    None => break,
+                },
+                c => arg.push(c),
+            }
+        }
+        args.push(arg);
+    }
+    Some((from_lua, args))
+}
+
+fn job_of(key: &str) -> Option<&str> {
+    let start = key.find('{')? + 1;
+    let end = start + key[start..].find('}')?;
+    Some(&key[start..end])
+}
+
+/// Checks I1/I2 over the recorded lines: the fence never goes down, never takes the same
+/// token for another holder, and every applied write of a term carries a token not below the
+/// fence (and, when equal, the fence's own holder). Returns the history, or every violation.
+pub fn check(lines: &[String]) -> Result<History, String> {
+    check_from(HashMap::new(), lines)
+}
+
+/// [`check`], starting from known fences.
+pub fn check_from(
+    initial: HashMap<String, (u64, String)>,
+    lines: &[String],
+) -> Result<History, String> {
+    let mut history = History::default();
+    let mut fence = initial;
+    let mut writer: Option<(String, u64)> = None;
+    let mut writer_line = String::new();
+    let mut violations = Vec::new();
+    for (at, full) in lines.iter().enumerate() {
+        // Values can be megabytes long: quote at most the start of a line in a violation.
+        let line = &full[..full.char_indices().nth(300).map_or(full.len(), |(i, _)| i)];
+        // Parse the whole line: a long script call keeps its token far from the start.
+        let Some((from_lua, args)) = parse(full) else {
+            continue;
+        };
+        let Some(cmd) = args.first().map(|c| c.to_ascii_uppercase()) else {
+            continue;
+        };
+        if !from_lua {
+            writer = None;
+            if (cmd == "EVALSHA" || cmd == "EVAL") && args.len() > 3 {
+                let nkeys: usize = args[2].parse().unwrap_or(0);
+                let keys = &args[3..3 + nkeys.min(args.len() - 3)];
+                let argv = &args[3 + keys.len()..];
+                if keys.len() >= 2 && keys[1].ends_with(":fence") && argv.len() >= 2 {
+                    writer = Some((argv[0].clone(), argv[1].parse().unwrap_or(0)));
+                    writer_line = line.to_string();
+                }
+            }
+            continue;
+        }
+        let key = args.get(1).cloned().unwrap_or_default();
+        let Some(job) = job_of(&key).map(str::to_string) else {
+            continue;
+        };
+        match cmd.as_str() {
+            "HSET" if key.ends_with(":fence") => {
+                let field = |name: &str| {
+                    args.iter()
+                        .position(|a| a == name)
+                        .and_then(|i| args.get(i + 1))
+                        .cloned()
+                        .unwrap_or_default()
+                };
+                let token: u64 = field("token").parse().unwrap_or(0);
+                let holder = field("holder");
+                if let Some((max, max_holder)) = fence.get(&job) {
+                    if token < *max {
+                        violations.push(format!(
+                            "fence of {job} lowered from {max} to {token}: {line}"
+                        ));
+                    } else if token == *max && holder != *max_holder {
+                        violations.push(format!(
+                            "fence of {job} at {token} moved from {max_holder} to {holder}: {line}"
+                        ));
+                    }
+                }
+                if writer.is_none() {
+                    history.terms.push((at, token, holder.clone()));
+                }
+                fence.insert(job, (token, holder));
+            }
+            "SET" | "DEL"
+                if key.contains(":data:") || key.contains(":run:") || key.contains(":ckpt:") =>
+            {
+                let Some((owner, token)) = writer.clone() else {
+                    violations.push(format!("write outside a fenced-write script: {line}"));
+                    continue;
+                };
+                match fence.get(&job) {
+                    Some((max, holder)) if token < *max || (token == *max && owner != *holder) => {
+                        violations.push(format!("write by {owner} with token {token} applied while the fence held {max} of {holder}: {line}\n  (in the script call {writer_line})"));
+                    }
+                    None => violations.push(format!("write by {owner} with token {token} applied before any term of {job} began: {line}")),
+                    _ => {}
+                }
+                history.applied.push(Applied {
+                    key,
+                    value: args.get(2).cloned().unwrap_or_default(),
+                    owner,
+                    token,
+                    at,
+                });
+            }
+            _ => {}
+        }
+    }
+    if violations.is_empty() {
+        Ok(history)
+    } else {
+        Err(violations.join("\n"))
+    }
+}

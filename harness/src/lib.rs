@@ -1,0 +1,45 @@
+//! Support for running Leasehold for real, shared by the integration tests
+//! (`tests/integration`), the benchmarks (`host/benches/leasehold.rs`) and `leasehold demo`
+//! (`host/src/demo.rs`), so none of them repeats process set-up or teardown.
+//!
+//! * [`redis`] — `redis-server` processes the harness starts on ports it picks, and kills on
+//!   drop (plain, with an append-only file, or TLS-only).
+//! * [`process`] — `leasehold` processes: the binary is a parameter (tests and benches pass
+//!   `env!("CARGO_BIN_EXE_leasehold")`, the demo its own executable); logs captured in memory,
+//!   signals, the HTTP address a host bound on port 0, teardown on drop.
+//! * [`wait`] — whole-test deadlines and polling waits on conditions, never fixed sleeps.
+//! * [`temp`] — temporary directories removed on drop.
+//! * [`mod@guests`] — the guest components: located where `./dev guests` built them (tests), or
+//!   built once as an explicit first step (benchmarks).
+//! * [`history`] — what Redis applied, recorded with `MONITOR`, and the fencing checker.
+//! * [`mod@http`] — a tiny HTTP/1.1 client for the host's API.
+//! * [`fixtures`] — a generated reconciliation day written to a data directory.
+//!
+//! Everything here panics on failure unless a `try_` variant or an `io::Result` says
+//! otherwise: callers are tests, benchmarks and a demo, where a failed set-up ends the run.
+
+pub mod fixtures;
+pub mod guests;
+pub mod history;
+pub mod http;
+pub mod process;
+pub mod redis;
+pub mod temp;
+pub mod wait;
+
+use std::path::{Path, PathBuf};
+
+pub use self::guests::{Guests, guests};
+pub use self::http::{http, http_with};
+pub use self::process::{HostProcess, output_within};
+pub use self::redis::{RedisConfig, RedisServer};
+pub use self::temp::TempDir;
+pub use self::wait::{deadline, wait_for};
+
+/// The repository root (the directory holding `harness/`, `host/` and `guest-jobs/`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the harness crate lives in the repository root")
+        .to_path_buf()
+}

@@ -1,0 +1,234 @@
+//! `leasehold` processes: started from a binary the caller names, logs (stderr, JSON)
+//! collected in memory line by line, signals, and teardown on drop.
+//!
+//! The harness cannot know the binary: tests and benches pass `env!("CARGO_BIN_EXE_leasehold")`,
+//! the demo its own executable.
+
+use std::ffi::OsStr;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The message of the line a host logs once its HTTP API listens; its `addr` field is the
+/// bound address.
+const HTTP_LISTENING: &str = "HTTP API listening";
+
+/// A running `leasehold` process. Its stderr (the log) is collected line by line; on drop it
+/// is woken (SIGCONT, in case it was paused) and killed.
+pub struct HostProcess {
+    child: Child,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl HostProcess {
+    /// Starts `bin <args…>` with logs in JSON, including leasehold's debug events (renewals
+    /// and fenced writes with their monotonic send times and deadlines), plus the environment
+    /// variables `env` (which may override those two: `LEASEHOLD_LOG_FORMAT`,
+    /// `LEASEHOLD_LOG`). Panics if the process cannot be started.
+    pub fn start<S: AsRef<OsStr>>(bin: &Path, args: &[S], env: &[(&str, &str)]) -> Self {
+        Self::try_start(bin, args, env)
+            .unwrap_or_else(|e| panic!("starting leasehold ({}): {e}", bin.display()))
+    }
+
+    /// [`HostProcess::start`], returning the error instead of panicking.
+    pub fn try_start<S: AsRef<OsStr>>(
+        bin: &Path,
+        args: &[S],
+        env: &[(&str, &str)],
+    ) -> std::io::Result<Self> {
+        let mut child = Command::new(bin)
+            .args(args)
+            .env("LEASEHOLD_LOG_FORMAT", "json")
+            .env("LEASEHOLD_LOG", "info,leasehold=debug")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let stderr = child.stderr.take().expect("piped stderr");
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Ok(HostProcess { child, log })
+    }
+
+    /// Starts `bin run` as node `node` against `redis_url` with the jobs directory `jobs`,
+    /// lease TTL and heartbeat `timing`, and any `extra` flags (e.g. `--data-dir`).
+    pub fn start_node(
+        bin: &Path,
+        redis_url: &str,
+        jobs: &Path,
+        node: &str,
+        (ttl, heartbeat): (&str, &str),
+        extra: &[&str],
+    ) -> Self {
+        let jobs = jobs.to_str().expect("a UTF-8 jobs directory");
+        let mut args = vec![
+            "run",
+            "--redis-url",
+            redis_url,
+            "--jobs-dir",
+            jobs,
+            "--node-id",
+            node,
+        ];
+        args.extend(["--lease-ttl", ttl, "--heartbeat", heartbeat]);
+        args.extend(extra);
+        Self::start(bin, &args, &[])
+    }
+
+    /// The process id (the benchmarks read its CPU time and memory).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the process is still running (it has not exited or been killed).
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Every log line so far.
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Log lines containing `needle`.
+    pub fn log_lines_with(&self, needle: &str) -> Vec<String> {
+        self.log()
+            .into_iter()
+            .filter(|l| l.contains(needle))
+            .collect()
+    }
+
+    /// Waits (up to `limit`) for a log line containing `needle`; panics with the log after.
+    pub async fn wait_for_log(&self, needle: &str, limit: Duration) -> String {
+        let start = Instant::now();
+        loop {
+            if let Some(l) = self.log_lines_with(needle).into_iter().next() {
+                return l;
+            }
+            if start.elapsed() > limit {
+                panic!(
+                    "timed out after {limit:?} waiting for a log line containing {needle:?}; log:\n{}",
+                    self.log().join("\n")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The address (`127.0.0.1:PORT`) the host's HTTP API bound, for a host started with
+    /// `--http 127.0.0.1:0`: waits (up to `limit`) for the JSON line whose message is
+    /// `HTTP API listening` and returns its `addr` field.
+    pub async fn http_addr(&self, limit: Duration) -> String {
+        let start = Instant::now();
+        loop {
+            let found = self
+                .log_lines_with(HTTP_LISTENING)
+                .into_iter()
+                .find_map(|l| {
+                    let v: serde_json::Value = serde_json::from_str(&l).ok()?;
+                    if v["message"] != HTTP_LISTENING {
+                        return None;
+                    }
+                    v["addr"].as_str().map(str::to_string)
+                });
+            if let Some(addr) = found {
+                return addr;
+            }
+            if start.elapsed() > limit {
+                panic!(
+                    "timed out after {limit:?} waiting for the HTTP API's bound address (a JSON line {HTTP_LISTENING:?} with an `addr`); log:\n{}",
+                    self.log().join("\n")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Sends signal `sig` (as `kill` spells it: `-STOP`, `-TERM`, …) to the process.
+    pub fn signal(&self, sig: &str) -> std::io::Result<()> {
+        let pid = self.child.id();
+        let status = Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(format!("kill {sig} {pid} failed")))
+        }
+    }
+
+    fn must_signal(&self, sig: &str) {
+        if let Err(e) = self.signal(sig) {
+            panic!("{e}");
+        }
+    }
+
+    /// SIGKILL: the process dies at once, releasing nothing.
+    pub fn kill(&mut self) {
+        self.must_signal("-KILL");
+        let _ = self.child.wait();
+    }
+
+    /// SIGSTOP: the whole process freezes (a long GC pause, a stalled VM).
+    pub fn pause(&self) {
+        self.must_signal("-STOP");
+    }
+
+    /// SIGCONT: the frozen process carries on where it stopped.
+    pub fn resume(&self) {
+        self.must_signal("-CONT");
+    }
+
+    /// Sends SIGTERM and waits (up to `limit`) for the process to exit; returns its success.
+    /// Panics with the log if it does not exit in time.
+    pub async fn terminate(&mut self, limit: Duration) -> bool {
+        let _ = self.signal("-TERM");
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.success();
+            }
+            if start.elapsed() > limit {
+                panic!(
+                    "leasehold did not exit within {limit:?} after SIGTERM; log:\n{}",
+                    self.log().join("\n")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits (blocking, without a limit) for the process to exit.
+    pub fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        self.child.wait()
+    }
+}
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.child.id().to_string()])
+            .stderr(Stdio::null())
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs a prepared command to completion; it must exit within 30 s. A blocking wait inside an
+/// async test would stall the test's own deadline, so this one carries its own.
+pub fn output_within(mut cmd: Command) -> std::process::Output {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(cmd.output()));
+    rx.recv_timeout(Duration::from_secs(30))
+        .expect("the command did not exit within 30 s")
+        .expect("running the command")
+}
