@@ -47,21 +47,14 @@ impl HostProcess {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()?;
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let stderr = child.stderr.take().expect("piped stderr");
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
-            }
-        });
+        let log = collect_lines(child.stderr.take().expect("piped stderr"));
         Ok(HostProcess { child, log })
     }
 
     /// Starts `bin run` as node `node` against `redis_url` with the jobs directory `jobs`,
     /// lease TTL and heartbeat `timing`, and any `extra` flags (e.g. `--data-dir`).
     pub fn start_node(
-        bin: &Path,
+        bin: impl AsRef<Path>,
         redis_url: &str,
         jobs: &Path,
         node: &str,
@@ -80,7 +73,7 @@ impl HostProcess {
         ];
         args.extend(["--lease-ttl", ttl, "--heartbeat", heartbeat]);
         args.extend(extra);
-        Self::start(bin, &args, &[])
+        Self::start(bin.as_ref(), &args, &[])
     }
 
     /// The process id (the benchmarks read its CPU time and memory).
@@ -108,43 +101,43 @@ impl HostProcess {
 
     /// Waits (up to `limit`) for a log line containing `needle`; panics with the log after.
     pub async fn wait_for_log(&self, needle: &str, limit: Duration) -> String {
-        let start = Instant::now();
-        loop {
-            if let Some(l) = self.log_lines_with(needle).into_iter().next() {
-                return l;
-            }
-            if start.elapsed() > limit {
-                panic!(
-                    "timed out after {limit:?} waiting for a log line containing {needle:?}; log:\n{}",
-                    self.log().join("\n")
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let what = format!("a log line containing {needle:?}");
+        self.wait_for_line(&what, limit, |l| l.contains(needle).then(|| l.to_string()))
+            .await
     }
 
     /// The address (`127.0.0.1:PORT`) the host's HTTP API bound, for a host started with
     /// `--http 127.0.0.1:0`: waits (up to `limit`) for the JSON line whose message is
     /// `HTTP API listening` and returns its `addr` field.
     pub async fn http_addr(&self, limit: Duration) -> String {
+        let what =
+            format!("the HTTP API's bound address (a JSON line {HTTP_LISTENING:?} with an `addr`)");
+        self.wait_for_line(&what, limit, |l| {
+            let v: serde_json::Value = serde_json::from_str(l).ok()?;
+            if v["message"] != HTTP_LISTENING {
+                return None;
+            }
+            v["addr"].as_str().map(str::to_string)
+        })
+        .await
+    }
+
+    /// Polls the log every 20 ms until `pick` finds something in a line; panics after `limit`
+    /// naming `what`, with the log.
+    async fn wait_for_line<T>(
+        &self,
+        what: &str,
+        limit: Duration,
+        mut pick: impl FnMut(&str) -> Option<T>,
+    ) -> T {
         let start = Instant::now();
         loop {
-            let found = self
-                .log_lines_with(HTTP_LISTENING)
-                .into_iter()
-                .find_map(|l| {
-                    let v: serde_json::Value = serde_json::from_str(&l).ok()?;
-                    if v["message"] != HTTP_LISTENING {
-                        return None;
-                    }
-                    v["addr"].as_str().map(str::to_string)
-                });
-            if let Some(addr) = found {
-                return addr;
+            if let Some(found) = self.log().iter().find_map(|l| pick(l)) {
+                return found;
             }
             if start.elapsed() > limit {
                 panic!(
-                    "timed out after {limit:?} waiting for the HTTP API's bound address (a JSON line {HTTP_LISTENING:?} with an `addr`); log:\n{}",
+                    "timed out after {limit:?} waiting for {what}; log:\n{}",
                     self.log().join("\n")
                 );
             }
@@ -221,6 +214,21 @@ impl Drop for HostProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Collects the lines `reader` yields (a child's piped stderr or stdout) on a thread of their
+/// own, into a list that grows while the process runs.
+pub(crate) fn collect_lines(
+    reader: impl std::io::Read + Send + 'static,
+) -> Arc<Mutex<Vec<String>>> {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let sink = log.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(reader).lines().map_while(Result::ok) {
+            sink.lock().unwrap().push(line);
+        }
+    });
+    log
 }
 
 /// Runs a prepared command to completion; it must exit within 30 s. A blocking wait inside an

@@ -11,7 +11,6 @@
 //! the bound address ([`crate::HostProcess::http_addr`]).
 
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -266,13 +265,6 @@ fn spawn(config: &RedisConfig, port: u16) -> std::io::Result<(Child, Arc<Mutex<V
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| std::io::Error::new(e.kind(), format!("cannot run redis-server: {e}")))?;
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let stdout = child.stdout.take().expect("piped stdout");
-    let sink = log.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            sink.lock().unwrap().push(line);
-        }
-    });
+    let log = crate::process::collect_lines(child.stdout.take().expect("piped stdout"));
     Ok((child, log))
 }

@@ -27,17 +27,6 @@ use redis::AsyncCommands;
 /// The `leasehold` binary built with this benchmark (the release profile under `cargo bench`).
 const LEASEHOLD: &str = env!("CARGO_BIN_EXE_leasehold");
 
-/// Starts `leasehold run` as node `node` ([`HostProcess::start_node`] with [`LEASEHOLD`]).
-fn start_node(
-    redis_url: &str,
-    jobs: &Path,
-    node: &str,
-    timing: (&str, &str),
-    extra: &[&str],
-) -> HostProcess {
-    HostProcess::start_node(Path::new(LEASEHOLD), redis_url, jobs, node, timing, extra)
-}
-
 /// One row of the table.
 struct Row {
     what: String,
@@ -185,7 +174,8 @@ impl Pulse {
     fn host(&self, i: usize) -> HostProcess {
         let data = self.dir.join("data");
         let cache = self.dir.join("cache");
-        start_node(
+        HostProcess::start_node(
+            LEASEHOLD,
             &self.redis.url(),
             &self.dir.join("jobs"),
             &format!("n{i}"),
@@ -673,7 +663,8 @@ async fn scale(guests: &Path, o: &Options, rows: &mut Vec<Row>) {
     let hosts: Vec<HostProcess> = (0..3)
         .map(|i| {
             let cache = dir.join("cache");
-            start_node(
+            HostProcess::start_node(
+                LEASEHOLD,
                 &redis.url(),
                 &jobs,
                 &format!("n{i}"),
@@ -788,7 +779,8 @@ async fn cold(guests: &Path, rows: &mut Vec<Row>) {
     let mut startup = Vec::new();
     for attempt in 0..3 {
         let t0 = SystemTime::now();
-        let mut h = start_node(
+        let mut h = HostProcess::start_node(
+            LEASEHOLD,
             &redis.url(),
             &jobs,
             "n1",

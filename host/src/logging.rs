@@ -45,6 +45,20 @@ pub fn init(format: LogFormat) {
     }
 }
 
+/// `text`, cut to at most `max` bytes on a character boundary and marked ` [cut]` when it
+/// was longer: for text kept for people (guest log lines, error messages in run records).
+pub(crate) fn clip(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut cut = max;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push_str(" [cut]");
+    }
+    text
+}
+
 /// The JSON line format: timestamp, level, message, the fields of every enclosing span (outer
 /// first), the event's fields, and the target.
 struct FlatJson;
@@ -111,5 +125,18 @@ impl Visit for Fields<'_> {
     }
     fn record_f64(&mut self, field: &Field, value: f64) {
         self.0.insert(field.name().into(), value.into());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clip;
+
+    #[test]
+    fn long_text_is_cut_on_a_character_boundary() {
+        let cut = clip("é".repeat(100), 51);
+        assert!(cut.ends_with(" [cut]"));
+        assert_eq!(cut.len(), 50 + " [cut]".len());
+        assert_eq!(clip("short".into(), 51), "short");
     }
 }

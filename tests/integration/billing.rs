@@ -8,7 +8,7 @@ use std::time::Duration;
 use redis::AsyncCommands;
 
 use crate::harness::{
-    HostProcess, RedisServer, TempDir, deadline, guests, run_records, start_node, wait_for,
+    HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, guests, run_records, wait_for,
 };
 use crate::history::Recorder;
 
@@ -41,7 +41,8 @@ impl Billing {
         let recorder = Recorder::start(&redis).await;
         let hosts = (0..3)
             .map(|i| {
-                start_node(
+                HostProcess::start_node(
+                    LEASEHOLD,
                     &redis.url(),
                     &jobs,
                     &format!("n{i}"),

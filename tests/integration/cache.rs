@@ -2,12 +2,19 @@
 
 use std::time::Duration;
 
-use crate::harness::{HostProcess, RedisServer, TempDir, deadline, guests, start_node};
+use crate::harness::{HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, guests};
 
 fn start(redis: &RedisServer, dir: &TempDir) -> HostProcess {
     let (jobs, cache) = (dir.join("jobs"), dir.join("cache"));
     let cache = ["--cache-dir", cache.to_str().unwrap()];
-    start_node(&redis.url(), &jobs, "n1", ("1s", "200ms"), &cache)
+    HostProcess::start_node(
+        LEASEHOLD,
+        &redis.url(),
+        &jobs,
+        "n1",
+        ("1s", "200ms"),
+        &cache,
+    )
 }
 
 async fn loaded(host: &mut HostProcess) -> String {

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use crate::harness::{RedisServer, TempDir, deadline, guests, run_leasehold, start_node};
+use crate::harness::{
+    HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, guests, run_leasehold,
+};
 
 /// Runs `leasehold check FILE` (30 s deadline): exit code, stdout and stderr.
 fn check(file: &std::path::Path) -> (i32, String, String) {
@@ -105,7 +107,8 @@ async fn a_host_refuses_a_bad_job_and_serves_the_others() {
             jobs.join("reconciliation.wasm"),
         )
         .unwrap();
-        let host = start_node(&redis.url(), &jobs, "n1", ("1s", "200ms"), &[]);
+        let host =
+            HostProcess::start_node(LEASEHOLD, &redis.url(), &jobs, "n1", ("1s", "200ms"), &[]);
         let led = host
             .wait_for_log("became leader", Duration::from_secs(60))
             .await;

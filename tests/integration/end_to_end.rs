@@ -8,8 +8,7 @@ use redis::AsyncCommands;
 use serde_json::Value;
 
 use crate::harness::{
-    self, HostProcess, RedisServer, TempDir, deadline, guests, leasehold_bin, repo_root,
-    start_node, wait_for,
+    self, HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, guests, repo_root, wait_for,
 };
 
 const PERIOD: &str = "2026-11-27";
@@ -38,7 +37,7 @@ fn start_host(dir: &TempDir, redis: &RedisServer, node: &str) -> HostProcess {
     let jobs = dir.join("jobs");
     let data = dir.join("data");
     let data = ["--data-dir", data.to_str().unwrap()];
-    start_node(&redis.url(), &jobs, node, ("1s", "200ms"), &data)
+    HostProcess::start_node(LEASEHOLD, &redis.url(), &jobs, node, ("1s", "200ms"), &data)
 }
 
 fn trigger(redis: &RedisServer) -> String {
@@ -302,7 +301,7 @@ async fn a_run_left_half_done_resumes_from_its_checkpoint() {
 async fn the_demo_tells_the_reference_scenario_and_ends_with_one_report() {
     deadline(Duration::from_secs(240), async {
         let wasm = guests().wasm("reconciliation");
-        let out = tokio::process::Command::new(leasehold_bin())
+        let out = tokio::process::Command::new(LEASEHOLD)
             .args(["demo", "--rows", "5000", "--job"])
             .arg(&wasm)
             .output()

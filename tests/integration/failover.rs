@@ -10,7 +10,7 @@ use redis::AsyncCommands;
 use serde_json::Value;
 
 use crate::harness::{
-    self, HostProcess, RedisServer, TempDir, deadline, guests, start_node, wait_for,
+    self, HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, guests, wait_for,
 };
 use crate::history::{self, Recorder};
 use crate::proxy::{Fault, FaultProxy};
@@ -81,7 +81,8 @@ impl Cluster {
                 redis.url()
             };
             let data = ["--data-dir", data.to_str().unwrap()];
-            hosts.push(start_node(
+            hosts.push(HostProcess::start_node(
+                LEASEHOLD,
                 &url,
                 &jobs,
                 &format!("n{i}"),
@@ -555,7 +556,8 @@ async fn cpu_heavy_guests_on_every_host_do_not_starve_lease_renewal() {
             .unwrap();
             let data = dir.join("data");
             let data = ["--data-dir", data.to_str().unwrap()];
-            hosts.push(start_node(
+            hosts.push(HostProcess::start_node(
+                LEASEHOLD,
                 &redis.url(),
                 &jobs,
                 &format!("n{i}"),

@@ -12,39 +12,18 @@ pub(crate) use leasehold_harness::{
 };
 
 /// The `leasehold` binary under test.
-pub(crate) fn leasehold_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_leasehold")
-}
-
-/// Starts `leasehold run` as node `node` against `redis_url` with the jobs directory `jobs`,
-/// lease TTL and heartbeat `timing`, and any `extra` flags (e.g. `--data-dir`).
-pub(crate) fn start_node(
-    redis_url: &str,
-    jobs: &Path,
-    node: &str,
-    timing: (&str, &str),
-    extra: &[&str],
-) -> HostProcess {
-    HostProcess::start_node(
-        Path::new(leasehold_bin()),
-        redis_url,
-        jobs,
-        node,
-        timing,
-        extra,
-    )
-}
+pub(crate) const LEASEHOLD: &str = env!("CARGO_BIN_EXE_leasehold");
 
 /// Starts `leasehold <args…>` with extra environment variables `env`, logging JSON with
 /// leasehold's debug events ([`HostProcess::start`]).
 pub(crate) fn start_host_with_env(args: &[&str], env: &[(&str, &str)]) -> HostProcess {
-    HostProcess::start(Path::new(leasehold_bin()), args, env)
+    HostProcess::start(Path::new(LEASEHOLD), args, env)
 }
 
 /// Runs `leasehold <args>` to completion (without `LEASEHOLD_REDIS_URL` from the
 /// environment); the process must exit within 30 s ([`output_within`]).
 pub(crate) fn run_leasehold<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> std::process::Output {
-    let mut cmd = std::process::Command::new(leasehold_bin());
+    let mut cmd = std::process::Command::new(LEASEHOLD);
     cmd.args(args).env_remove("LEASEHOLD_REDIS_URL");
     output_within(cmd)
 }

@@ -12,7 +12,7 @@ use redis::AsyncCommands;
 use serde_json::Value;
 
 use crate::harness::{
-    HostProcess, RedisServer, TempDir, deadline, guests, run_record, start_node, wait_for,
+    HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, guests, run_record, wait_for,
 };
 
 /// What a hostile run left behind.
@@ -66,7 +66,8 @@ async fn hostile(mode: &str, end_status: &str) -> Aftermath {
     std::fs::copy(guests().wasm("ticker"), jobs.join("ticker.wasm")).unwrap();
     // The probe arrives once the ticker is running: the ticker's lease is then observed from
     // before the probe's first step to after its last.
-    let mut host = start_node(
+    let mut host = HostProcess::start_node(
+        LEASEHOLD,
         &redis.url(),
         &jobs,
         "n1",

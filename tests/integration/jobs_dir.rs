@@ -10,7 +10,7 @@ use redis::AsyncCommands;
 use sha2::{Digest, Sha256};
 
 use crate::harness::{
-    HostProcess, RedisServer, TempDir, deadline, guests, run_record, start_node, trigger, wait_for,
+    HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, guests, run_record, trigger, wait_for,
 };
 
 /// How operators should deploy: write a hidden temporary file in the same directory, then
@@ -105,7 +105,7 @@ fn start(redis: &RedisServer, jobs: &Path, data: Option<&Path>) -> HostProcess {
         extra = vec!["--data-dir", d.to_str().unwrap()];
     }
     // A long lease: a lease that disappears quickly was released, not expired.
-    start_node(&redis.url(), jobs, "n1", ("60s", "2s"), &extra)
+    HostProcess::start_node(LEASEHOLD, &redis.url(), jobs, "n1", ("60s", "2s"), &extra)
 }
 
 #[tokio::test]

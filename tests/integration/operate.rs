@@ -10,8 +10,8 @@ use redis::AsyncCommands;
 use serde_json::Value;
 
 use crate::harness::{
-    HostProcess, RedisConfig, RedisServer, TempDir, deadline, guests, http, repo_root,
-    run_leasehold, run_records, start_host_with_env, start_node, wait_for,
+    HostProcess, LEASEHOLD, RedisConfig, RedisServer, TempDir, deadline, guests, http, repo_root,
+    run_leasehold, run_records, start_host_with_env, wait_for,
 };
 use crate::history::Recorder;
 
@@ -597,7 +597,7 @@ fn the_compose_file_runs_through_the_binarys_config_validation() {
             .map(|i| args[i + 1].clone())
             .unwrap();
         node_ids.push(id);
-        let mut cmd = std::process::Command::new(crate::harness::leasehold_bin());
+        let mut cmd = std::process::Command::new(LEASEHOLD);
         cmd.args(&args).arg("--check-config").env_clear();
         let Yaml::Hash(env) = &svc["environment"] else {
             panic!("{name}: environment is not a map")
@@ -670,7 +670,7 @@ async fn an_acl_user_with_a_password_works_and_a_wrong_password_is_a_clear_error
         std::fs::create_dir_all(&jobs).unwrap();
         std::fs::copy(guests().wasm("ticker"), jobs.join("ticker.wasm")).unwrap();
         let good = format!("redis://leasehold:pa55word@127.0.0.1:{}", redis.port);
-        let host = start_node(&good, &jobs, "n1", ("2s", "500ms"), &[]);
+        let host = HostProcess::start_node(LEASEHOLD, &good, &jobs, "n1", ("2s", "500ms"), &[]);
         host.wait_for_log("became leader", Duration::from_secs(60))
             .await;
         host.wait_for_log("\"run done\"", Duration::from_secs(30))
@@ -818,7 +818,7 @@ async fn rediss_urls_work_with_a_trusted_ca_and_an_untrusted_server_is_refused()
         host.wait_for_log("\"run done\"", Duration::from_secs(30))
             .await;
         // Without it, the server's certificate is not trusted: a clear start-up error.
-        let mut cmd = std::process::Command::new(crate::harness::leasehold_bin());
+        let mut cmd = std::process::Command::new(LEASEHOLD);
         cmd.args(args)
             .env_remove("SSL_CERT_FILE")
             .env_remove("SSL_CERT_DIR");

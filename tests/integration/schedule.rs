@@ -11,8 +11,8 @@ use redis::AsyncCommands;
 use serde_json::Value;
 
 use crate::harness::{
-    HostProcess, RedisServer, TempDir, deadline, guests, http, run_leasehold, run_record,
-    run_records, start_node, wait_for,
+    HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, guests, http, run_leasehold,
+    run_record, run_records, wait_for,
 };
 
 /// A host serving one fixture job, with an optional sidecar, data files and seeded cursor.
@@ -51,7 +51,8 @@ async fn setup(
             .unwrap();
     }
     // Port 0: the host binds a free port and logs the address it got.
-    let host = start_node(
+    let host = HostProcess::start_node(
+        LEASEHOLD,
         &redis.url(),
         &jobs,
         "n1",

@@ -15,16 +15,8 @@ use crate::spec::{CatchUp, Overlap, Policies};
 pub(crate) const ERROR_MAX: usize = 4096;
 
 /// `why`, cut to [`ERROR_MAX`] bytes on a character boundary.
-pub(crate) fn clip(mut why: String) -> String {
-    if why.len() > ERROR_MAX {
-        let mut cut = ERROR_MAX;
-        while !why.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        why.truncate(cut);
-        why.push_str(" [cut]");
-    }
-    why
+pub(crate) fn clip(why: String) -> String {
+    crate::logging::clip(why, ERROR_MAX)
 }
 
 /// What a period that fired (and has no record yet) becomes.

@@ -226,15 +226,7 @@ impl guest_log::Host for HostState {
             return Ok(());
         }
         self.log_lines += 1;
-        let mut message = message;
-        if message.len() > LOG_LINE_MAX {
-            let mut cut = LOG_LINE_MAX;
-            while !message.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            message.truncate(cut);
-            message.push_str(" [cut]");
-        }
+        let message = crate::logging::clip(message, LOG_LINE_MAX);
         let (job, node, token) = match &self.step {
             Some(s) => (s.job.as_str(), s.node.as_str(), s.term.token()),
             None => ("?", "?", 0),
