@@ -307,6 +307,9 @@ impl Elector {
                     warn!("campaign failed: {e}");
                     leader_known(false, &mut leaderless_since);
                     role.send_replace(Role::Candidate);
+                    // A dropped connection may have carried the acquire to Redis before it
+                    // failed: give back whatever it may have taken (owner-checked).
+                    self.release_quietly(&mut conn, &owner).await;
                     heartbeat
                 }
                 Err(_) => {

@@ -2,7 +2,10 @@
 //!
 //! * **Acquire** = `SET lease owner NX PX ttl` and, in the same script, the term's token: one
 //!   more than the larger of the counter and the fence, and never less than Redis's clock in
-//!   microseconds (`TIME`). The script also raises the fence to the new token with the new
+//!   microseconds (`TIME`). The script reads and checks everything before it writes anything,
+//!   so an error (a counter that is not a number, a fence of the wrong type) leaves no lease
+//!   behind; the elector releases (owner-checked) after any acquire whose outcome it did not
+//!   learn. The script also raises the fence to the new token with the new
 //!   owner as holder, so the term is fenced *when it starts*, before any step runs (I2).
 //! * **Renew** extends the TTL only if the lease still holds this owner.
 //! * **Release** deletes the lease only if it still holds this owner, and publishes the old
@@ -32,20 +35,30 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 -- KEYS: lease, token counter, fence.  ARGV: owner, ttl in ms.
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local holder = redis.call('GET', KEYS[1])
-  return {0, holder or '', redis.call('PTTL', KEYS[1])}
+-- Everything is read and checked before anything is written: a script error (a key of the
+-- wrong type, a counter that is not a number) leaves Redis as it was, with no lease held.
+local holder = redis.call('GET', KEYS[1])
+if holder then
+  return {0, holder, redis.call('PTTL', KEYS[1])}
 end
-local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
-local fence = tonumber(redis.call('HGET', KEYS[3], 'token') or '0')
+local counter_raw = redis.call('GET', KEYS[2])
+local counter = tonumber(counter_raw or '0')
+if counter == nil then
+  return redis.error_reply('BADTOKEN token counter ' .. KEYS[2] .. ' is not a number')
+end
+local fence_raw = redis.call('HGET', KEYS[3], 'token')
+local fence = tonumber(fence_raw or '0')
+if fence == nil then
+  return redis.error_reply('BADFENCE fence ' .. KEYS[3] .. ' has a token that is not a number')
+end
 local now = redis.call('TIME')
 local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
 local token = math.max(counter + 1, fence + 1, floor)
 if token >= 9007199254740992 then
-  redis.call('DEL', KEYS[1])
   return redis.error_reply('TOKENRANGE next token ' .. string.format('%.0f', token) .. ' is not below 2^53')
 end
 local t = string.format('%.0f', token)
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('SET', KEYS[2], t)
 redis.call('HSET', KEYS[3], 'token', t, 'holder', ARGV[1])
 return {1, t, tonumber(ARGV[2])}

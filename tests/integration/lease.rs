@@ -212,3 +212,45 @@ async fn lease_cases() {
     })
     .await;
 }
+
+/// A corrupt counter or fence makes the acquire script fail; it must fail before writing
+/// anything, so no lease is left that nobody holds (it used to set the lease first).
+#[tokio::test]
+async fn a_failed_acquire_leaves_no_lease_behind() {
+    deadline(Duration::from_secs(30), async {
+        let redis = RedisServer::start().await;
+        let mut c = redis.conn().await;
+        let keys = JobKeys::new("corrupt");
+        // (what is corrupted, how) — each must fail the acquire and leave no lease.
+        let cases: [(&str, fn(&JobKeys) -> redis::Cmd); 4] = [
+            ("a counter that is not a number", |k| {
+                redis::cmd("SET").arg(k.token()).arg("not-a-number").clone()
+            }),
+            ("a counter of the wrong type", |k| {
+                redis::cmd("LPUSH").arg(k.token()).arg("x").clone()
+            }),
+            ("a fence token that is not a number", |k| {
+                redis::cmd("HSET")
+                    .arg(k.fence())
+                    .arg("token")
+                    .arg("x")
+                    .clone()
+            }),
+            ("a fence of the wrong type", |k| {
+                redis::cmd("SET").arg(k.fence()).arg("x").clone()
+            }),
+        ];
+        for (what, corrupt) in cases {
+            let _: () = redis::cmd("FLUSHALL").query_async(&mut c).await.unwrap();
+            let _: () = corrupt(&keys).query_async(&mut c).await.unwrap();
+            let got = lease::acquire(&mut c, &keys, "a:1", TTL).await;
+            assert!(got.is_err(), "{what}: acquire should fail, got {got:?}");
+            let lease: Option<String> = c.get(keys.lease()).await.unwrap();
+            assert_eq!(
+                lease, None,
+                "{what}: the failed acquire left a lease behind"
+            );
+        }
+    })
+    .await;
+}
