@@ -27,7 +27,8 @@ impl HostProcess {
     /// and fenced writes with their monotonic send times and deadlines), plus the environment
     /// variables `env` (which may override those two: `LEASEHOLD_LOG_FORMAT`,
     /// `LEASEHOLD_LOG`). Panics if the process cannot be started.
-    pub fn start<S: AsRef<OsStr>>(bin: &Path, args: &[S], env: &[(&str, &str)]) -> Self {
+    pub fn start<S: AsRef<OsStr>>(bin: impl AsRef<Path>, args: &[S], env: &[(&str, &str)]) -> Self {
+        let bin = bin.as_ref();
         Self::try_start(bin, args, env)
             .unwrap_or_else(|e| panic!("starting leasehold ({}): {e}", bin.display()))
     }

@@ -20,13 +20,15 @@
 //!   node id), every rule in one place.
 //! * [`metrics`] — Prometheus metrics; `http` — the HTTP API (`--http`); [`logging`] — human
 //!   or JSON logs, with each job's span fields on every line.
-//! * [`keys`] — the Redis key layout (the one table of it); [`redis_conn`] — connections.
+//! * [`keys`] — the Redis key layout (the one table of it); [`redis_conn`] — connections;
+//!   [`deployment`] — what the host checks about its Redis at start-up (version, eviction).
 //!
 //! The command line and `leasehold demo` are modules of the binary (`src/main.rs`), not of this
 //! library. Modules without a link above are crate-private.
 
 mod catalog;
 pub mod config;
+pub mod deployment;
 pub mod elector;
 pub mod fence;
 mod http;

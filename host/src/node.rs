@@ -265,6 +265,15 @@ pub async fn run(
         Some(cfg.timing.lease_ttl),
     )
     .await?;
+    // What the host depends on in Redis is checked, not assumed.
+    match crate::deployment::check(&mut conn.clone(), cfg.allow_evicting_redis).await? {
+        d if d.maxmemory_policy != "noeviction" => {
+            warn!(node = %node, version = %d.version, policy = %d.maxmemory_policy, "redis maxmemory-policy is {}: Redis may evict leases, fences and run records, and a period could run twice (allowed by --allow-evicting-redis)", d.maxmemory_policy);
+        }
+        d => {
+            info!(node = %node, version = %d.version, policy = %d.maxmemory_policy, "redis checked")
+        }
+    }
     // Bound before anything else starts, so a taken address is a start-up error.
     let http = match cfg.http {
         Some(addr) => Some(

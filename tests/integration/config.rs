@@ -1,5 +1,6 @@
 //! Start-up configuration errors (I4), through the real binary: each violated rule is named
-//! with its values, and the process exits 1 without touching Redis.
+//! with its values, and the process exits 1 without touching Redis; and what the host checks
+//! about its Redis when it starts (the eviction policy).
 
 use crate::harness::run_leasehold;
 
@@ -84,4 +85,58 @@ fn a_cache_inside_the_jobs_directory_is_refused() {
         err.contains("cache-dir /srv/jobs/.cache must not be inside jobs-dir /srv/jobs"),
         "{err}"
     );
+}
+
+/// A Redis that may evict keys (here `allkeys-lru`) is refused at start-up with the setting and
+/// the fix named; `--allow-evicting-redis` starts anyway, with a warning naming the policy.
+#[tokio::test]
+async fn an_evicting_redis_is_refused_unless_allowed() {
+    use std::time::Duration;
+
+    use crate::harness::{HostProcess, LEASEHOLD, RedisConfig, RedisServer, TempDir, deadline};
+
+    deadline(Duration::from_secs(60), async {
+        let redis = RedisServer::start_with(RedisConfig::new().args([
+            "--maxmemory",
+            "64mb",
+            "--maxmemory-policy",
+            "allkeys-lru",
+        ]))
+        .await;
+        let jobs = TempDir::new("evicting");
+        let args = [
+            "run",
+            "--redis-url",
+            &redis.url(),
+            "--jobs-dir",
+            jobs.0.to_str().unwrap(),
+            "--node-id",
+            "n1",
+            "--lease-ttl",
+            "1s",
+            "--heartbeat",
+            "200ms",
+        ];
+        let (code, err) = run(&args);
+        assert_eq!(code, 1, "{err}");
+        assert!(
+            err.contains("redis maxmemory-policy is allkeys-lru")
+                && err.contains("maxmemory-policy noeviction")
+                && err.contains("--allow-evicting-redis"),
+            "{err}"
+        );
+        let mut allowed = args.to_vec();
+        allowed.push("--allow-evicting-redis");
+        let host = HostProcess::start(LEASEHOLD, &allowed, &[]);
+        let warning = host
+            .wait_for_log(
+                "redis maxmemory-policy is allkeys-lru",
+                Duration::from_secs(30),
+            )
+            .await;
+        assert!(warning.contains("\"level\":\"WARN\""), "{warning}");
+        host.wait_for_log("node started", Duration::from_secs(30))
+            .await;
+    })
+    .await;
 }

@@ -549,6 +549,11 @@ fn the_compose_file_runs_through_the_binarys_config_validation() {
         cmd.windows(2).any(|w| w == ["--appendfsync", "always"]),
         "{cmd:?}"
     );
+    assert!(
+        cmd.windows(2)
+            .any(|w| w == ["--maxmemory-policy", "noeviction"]),
+        "{cmd:?}"
+    );
     let mut node_ids = Vec::new();
     let mut ports = Vec::new();
     let Yaml::Hash(all) = services else {

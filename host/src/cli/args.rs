@@ -152,6 +152,10 @@ pub(crate) struct RunArgs {
     /// Host limits.
     #[command(flatten)]
     pub limits: LimitArgs,
+    /// Start even when Redis may evict keys (its `maxmemory-policy` is not `noeviction`):
+    /// leases, fences and run records could then be lost and a period run twice.
+    #[arg(long, env = "LEASEHOLD_ALLOW_EVICTING_REDIS")]
+    pub(crate) allow_evicting_redis: bool,
     /// Validate the configuration, print it and exit without connecting to anything.
     #[arg(long)]
     pub check_config: bool,
@@ -240,6 +244,7 @@ impl RunArgs {
             http: self.http,
             http_token: self.http_token.clone(),
             limits: self.limits.raw(),
+            allow_evicting_redis: self.allow_evicting_redis,
         }
     }
 }

@@ -86,6 +86,14 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             l.log_lines
         );
         println!(
+            "redis:       {}",
+            if cfg.allow_evicting_redis {
+                "any maxmemory-policy allowed (--allow-evicting-redis): evicted keys can make a period run twice"
+            } else {
+                "must be Redis 6.0+ with maxmemory-policy noeviction (checked at start-up)"
+            }
+        );
+        println!(
             "http:        {}{}",
             cfg.http
                 .map(|a| a.to_string())

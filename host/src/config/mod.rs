@@ -167,6 +167,8 @@ pub struct RawConfig {
     pub http_token: Option<String>,
     /// Host limits.
     pub limits: RawLimits,
+    /// Start even when Redis may evict keys (`maxmemory-policy` other than `noeviction`).
+    pub allow_evicting_redis: bool,
 }
 
 /// Everything `leasehold run` is configured with, validated.
@@ -191,6 +193,8 @@ pub struct NodeConfig {
     pub http: Option<std::net::SocketAddr>,
     /// Bearer token the HTTP API's mutating endpoints require, if set.
     pub http_token: Option<String>,
+    /// Start even when Redis may evict keys (see [`crate::deployment`]).
+    pub allow_evicting_redis: bool,
 }
 
 impl NodeConfig {
@@ -243,6 +247,7 @@ impl NodeConfig {
             limits: raw.limits.validate()?,
             http: raw.http,
             http_token: raw.http_token,
+            allow_evicting_redis: raw.allow_evicting_redis,
         })
     }
 }
@@ -310,6 +315,7 @@ mod tests {
                 max_component_size: 64 << 20,
                 guest_log_lines: 200,
             },
+            allow_evicting_redis: false,
         }
     }
 
