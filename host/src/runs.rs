@@ -14,9 +14,9 @@
 //!
 //! A `done` record is final: the period is never run again (I5). `failed`, `missed` and
 //! `skipped` are final for the scheduler; an operator's trigger runs the period again as a new
-//! attempt. The job's *cursor* (`lh:{job}:cursor`) is the wall-clock fire time of the newest
-//! period a leader has accounted for (given a record); it is written through the fence with
-//! those records, so no period is accounted twice or skipped without a record.
+//! attempt. The job's *cursor* (`lh:{job}:cursor`) is the start instant (RFC 3339, UTC) of the
+//! newest period a leader has accounted for (given a record); it is written through the fence
+//! with those records, so no period is accounted twice or skipped without a record.
 
 use redis::AsyncCommands;
 use redis::aio::ConnectionLike;
@@ -322,7 +322,8 @@ pub struct JobState {
     pub open: Vec<String>,
     /// Why the job is paused (who and when), if it is.
     pub paused: Option<String>,
-    /// The wall-clock fire time of the newest period accounted for.
+    /// The start instant of the newest period accounted for (RFC 3339; older versions wrote a
+    /// wall-clock time).
     pub cursor: Option<String>,
 }
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, SecondsFormat, Utc};
 use tracing::{error, info, warn};
 
 use super::decide::{self, Fired};
@@ -15,11 +15,16 @@ use crate::term::Term;
 
 /// Most periods accounted for in one pass (and recorded one by one after an outage).
 const ACCOUNT_MAX: usize = 1000;
-/// How the cursor writes a wall-clock fire time.
-const CURSOR_FORMAT: &str = "%Y-%m-%dT%H:%M:%S";
 
-fn parse_local(s: &str) -> Option<chrono::NaiveDateTime> {
-    chrono::NaiveDateTime::parse_from_str(s, CURSOR_FORMAT).ok()
+/// The cursor's instant: RFC 3339 (what this version writes: the UTC instant of the newest
+/// period accounted for), or a wall-clock fire time `YYYY-MM-DDTHH:MM:SS` as earlier versions
+/// wrote it, read as the instant that fire time maps to in `schedule`.
+fn parse_cursor(s: &str, schedule: &crate::spec::Schedule) -> Option<DateTime<Utc>> {
+    if let Some(t) = super::decide::parse_rfc3339(s) {
+        return Some(t);
+    }
+    let local = chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S").ok()?;
+    Some(schedule.instant(local).with_timezone(&Utc))
 }
 
 impl Runner {
@@ -48,7 +53,7 @@ impl Runner {
         let token = term.token();
         let schedule = &self.job.spec.schedule;
         let policies = self.job.spec.policies;
-        let cursor = match state.cursor.as_deref().map(parse_local) {
+        let cursor = match state.cursor.as_deref().map(|c| parse_cursor(c, schedule)) {
             Some(Some(c)) => Some(c),
             Some(None) => {
                 warn!(cursor = ?state.cursor, "the scheduler cursor is not a date-time; starting from the current period");
@@ -58,6 +63,7 @@ impl Runner {
         };
         let now = Utc::now();
         let (fired, truncated) = schedule.since(cursor, now, ACCOUNT_MAX);
+        // Periods are ordered by their start: the last one is the newest.
         let Some(newest) = fired.last() else {
             return Ok(Vec::new());
         };
@@ -133,7 +139,10 @@ impl Runner {
             .iter()
             .map(|r| serde_json::to_vec(r).expect("run records serialize"))
             .collect();
-        let cursor_value = newest.local.format(CURSOR_FORMAT).to_string();
+        let cursor_value = newest
+            .fire
+            .with_timezone(&Utc)
+            .to_rfc3339_opts(SecondsFormat::Secs, true);
         let mut sets: Vec<(String, &[u8])> = records
             .iter()
             .zip(&jsons)

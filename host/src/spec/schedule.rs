@@ -31,9 +31,13 @@ pub struct Period {
     pub id: String,
     /// The instant the period starts.
     pub fire: DateTime<Tz>,
-    /// The wall-clock fire time the cron expression names (what the cursor records).
+    /// The wall-clock fire time the cron expression names.
     pub local: NaiveDateTime,
 }
+
+/// More than any zone's UTC offset changes at once (2 h in Antarctica/Troll, 1 h elsewhere):
+/// how far a fire time's wall-clock reading and its instant can disagree in order.
+const DST_REACH: chrono::Duration = chrono::Duration::hours(3);
 
 /// Wall-clock times stand in for UTC inside the cron iterator: the zone is applied afterwards.
 fn as_utc(local: NaiveDateTime) -> DateTime<Utc> {
@@ -159,29 +163,45 @@ impl Schedule {
             .find(|p| p.fire > now)
     }
 
-    /// The periods that started after the wall-clock fire time `cursor` and at or before
-    /// `now`, oldest first: the newest `cap` of them, and whether older ones were left out.
-    /// Without a cursor, only the current period.
+    /// The periods that started after the instant `cursor` and at or before `now`, ordered by
+    /// their start (then by id): the newest `cap` of them, and whether older ones were left
+    /// out. Without a cursor, only the current period.
+    ///
+    /// The cursor is an instant, not a wall-clock time, because the mapping from wall-clock
+    /// fire times to instants is not monotone across a DST change: 02:15 in a gap of
+    /// 02:00–03:00 starts after 03:00 does (at 03:15), and in a fold 02:50 (first occurrence)
+    /// starts before a later 02:10 (second occurrence). Near a transition the walk therefore
+    /// looks [`DST_REACH`] beyond both ends on the wall clock and keeps exactly the fire times
+    /// whose instant lies in `(cursor, now]`.
     pub fn since(
         &self,
-        cursor: Option<NaiveDateTime>,
+        cursor: Option<DateTime<Utc>>,
         now: DateTime<Utc>,
         cap: usize,
     ) -> (Vec<Period>, bool) {
         let Some(cursor) = cursor else {
             return (self.current(now).into_iter().collect(), false);
         };
-        let from = as_utc(self.local_now(now) + chrono::Duration::seconds(1));
-        let mut back = self.cron.after(&from);
+        let reach = |t: DateTime<Utc>| {
+            if self.offset_changes_near(t) {
+                DST_REACH
+            } else {
+                chrono::Duration::zero()
+            }
+        };
+        let upper = as_utc(self.local_now(now) + reach(now) + chrono::Duration::seconds(1));
+        let stop = self.local_now(cursor) - reach(cursor);
+        let mut back = self.cron.after(&upper);
         let mut out = Vec::new();
         let mut truncated = false;
         while let Some(f) = back.next_back() {
             let local = f.naive_utc();
-            if local <= cursor {
+            if local < stop {
                 break;
             }
             let p = self.period(local);
-            if p.fire > now {
+            let fire = p.fire.with_timezone(&Utc);
+            if fire > now || fire <= cursor {
                 continue;
             }
             if out.len() == cap {
@@ -190,8 +210,14 @@ impl Schedule {
             }
             out.push(p);
         }
-        out.reverse();
+        out.sort_by(|a, b| (a.fire, &a.id).cmp(&(b.fire, &b.id)));
         (out, truncated)
+    }
+
+    /// Whether the zone's UTC offset changes within [`DST_REACH`] of `t`.
+    fn offset_changes_near(&self, t: DateTime<Utc>) -> bool {
+        let offset = |t: DateTime<Utc>| t.with_timezone(&self.tz).offset().fix();
+        offset(t - DST_REACH) != offset(t) || offset(t) != offset(t + DST_REACH)
     }
 
     /// The period with id `id`, if the schedule has one.
@@ -275,7 +301,8 @@ mod tests {
     /// Every period of `s` from `from` to `to` (RFC 3339), oldest first.
     fn periods(s: &Schedule, from: &str, to: &str) -> Vec<Period> {
         let start = s.current(utc(from)).unwrap();
-        s.since(Some(start.local), utc(to), 10_000).0
+        s.since(Some(start.fire.with_timezone(&Utc)), utc(to), 10_000)
+            .0
     }
 
     #[test]
@@ -334,7 +361,8 @@ mod tests {
         );
         // At the second 02:30 (01:30 UTC) nothing new has started: the cursor is at today's.
         let first = s.period_by_id("2026-10-25").unwrap();
-        let (again, _) = s.since(Some(first.local), utc("2026-10-25T01:45:00Z"), 10);
+        let first = first.fire.with_timezone(&Utc);
+        let (again, _) = s.since(Some(first), utc("2026-10-25T01:45:00Z"), 10);
         assert!(again.is_empty(), "{again:?}");
     }
 
@@ -360,7 +388,11 @@ mod tests {
     #[test]
     fn periods_since_a_cursor_are_capped_to_the_newest() {
         let s = Schedule::parse("0 0 * * * *", "UTC").unwrap();
-        let cursor = s.period_by_id("2026-11-29T00:00:00").unwrap().local;
+        let cursor = s
+            .period_by_id("2026-11-29T00:00:00")
+            .unwrap()
+            .fire
+            .with_timezone(&Utc);
         let (ps, truncated) = s.since(Some(cursor), utc("2026-11-29T10:30:00Z"), 3);
         assert!(truncated);
         let ids: Vec<&str> = ps.iter().map(|p| p.id.as_str()).collect();
@@ -375,5 +407,121 @@ mod tests {
         let (all, truncated) = s.since(Some(cursor), utc("2026-11-29T10:30:00Z"), 100);
         assert!(!truncated);
         assert_eq!(all.len(), 10);
+    }
+
+    /// Every wall-clock fire time of `s` on the local days `from..=to` (dates), as period ids:
+    /// the periods that exist, found without the cursor logic.
+    fn existing(s: &Schedule, from: &str, to: &str) -> Vec<String> {
+        let day = |d: &str| NaiveDate::parse_from_str(d, "%Y-%m-%d").unwrap();
+        let start = as_utc(day(from).and_hms_opt(0, 0, 0).unwrap() - chrono::Duration::seconds(1));
+        let end = day(to).and_hms_opt(23, 59, 59).unwrap();
+        s.cron
+            .after(&start)
+            .map(|f| f.naive_utc())
+            .take_while(|l| *l <= end)
+            .map(|l| s.period(l).id)
+            .collect()
+    }
+
+    #[test]
+    fn every_fire_time_is_accounted_once_across_both_dst_changes() {
+        // Zones with a spring and an autumn change in 2026 (Sydney's run the other way round,
+        // Lord Howe's are 30 minutes), and one without; schedules from every 15 minutes to
+        // weekly. A leader accounts from the cursor at irregular moments (every 7 to 47
+        // minutes, sometimes after a 9-hour outage); every period that exists in the window
+        // must be accounted exactly once.
+        let zones = [
+            "Europe/Berlin",
+            "America/New_York",
+            "Australia/Sydney",
+            "Australia/Lord_Howe",
+            "Asia/Tokyo",
+        ];
+        let schedules = [
+            "0 0 * * * *",
+            "0 */15 * * * *",
+            "0 30 2 * * *",
+            "0 30 2 * * Sun",
+        ];
+        // Local-day windows around both 2026 changes of these zones (with margin).
+        let windows = [("2026-03-06", "2026-04-10"), ("2026-09-30", "2026-11-05")];
+        for zone in zones {
+            for expr in schedules {
+                let s = Schedule::parse(expr, zone).unwrap();
+                for (from, to) in windows {
+                    let want = existing(&s, from, to);
+                    let first = s.period_by_id(&want[0]).unwrap().fire.with_timezone(&Utc);
+                    let last = s
+                        .period_by_id(want.last().unwrap())
+                        .unwrap()
+                        .fire
+                        .with_timezone(&Utc);
+                    // The cursor starts just before the first period; the leader stops once
+                    // the last one has fired.
+                    let mut cursor = first - chrono::Duration::seconds(1);
+                    let mut now = cursor;
+                    let mut got = Vec::new();
+                    let mut step = 0u64;
+                    while now < last {
+                        step += 1;
+                        let minutes = if step % 97 == 0 {
+                            9 * 60
+                        } else {
+                            7 + (step * 13) % 41
+                        };
+                        now = (now + chrono::Duration::minutes(minutes as i64)).min(last);
+                        let (fired, truncated) = s.since(Some(cursor), now, 100_000);
+                        assert!(!truncated);
+                        if let Some(newest) = fired.iter().map(|p| p.fire).max() {
+                            cursor = newest.with_timezone(&Utc);
+                        }
+                        got.extend(fired.into_iter().map(|p| p.id));
+                    }
+                    let mut unique = got.clone();
+                    unique.sort();
+                    unique.dedup();
+                    assert_eq!(
+                        unique.len(),
+                        got.len(),
+                        "{expr} in {zone}: a period accounted twice"
+                    );
+                    let mut want_sorted = want.clone();
+                    want_sorted.sort();
+                    assert_eq!(
+                        unique, want_sorted,
+                        "{expr} in {zone}, {from}..{to}: accounted periods differ from those that exist"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fire_times_in_a_gap_of_a_quarter_hourly_schedule_are_accounted() {
+        // The reported case: Europe/Berlin, 2026-03-29, 02:15, 02:30 and 02:45 do not exist on
+        // the wall clock; they fire at 03:15, 03:30 and 03:45 CEST (01:15–01:45 UTC), after
+        // 03:00 (01:00 UTC). A leader that accounted 03:00 must still account them.
+        let s = Schedule::parse("0 */15 * * * *", "Europe/Berlin").unwrap();
+        let (first, _) = s.since(
+            Some(utc("2026-03-29T00:50:00Z")),
+            utc("2026-03-29T01:05:00Z"),
+            100,
+        );
+        let ids: Vec<&str> = first.iter().map(|p| p.id.as_str()).collect();
+        assert_eq!(ids, vec!["2026-03-29T02:00:00", "2026-03-29T03:00:00"]);
+        let cursor = first.last().unwrap().fire.with_timezone(&Utc);
+        let (next, _) = s.since(Some(cursor), utc("2026-03-29T01:50:00Z"), 100);
+        let ids: Vec<&str> = next.iter().map(|p| p.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            vec![
+                "2026-03-29T02:15:00",
+                "2026-03-29T03:15:00",
+                "2026-03-29T02:30:00",
+                "2026-03-29T03:30:00",
+                "2026-03-29T02:45:00",
+                "2026-03-29T03:45:00"
+            ]
+        );
     }
 }
