@@ -464,7 +464,7 @@ mod tests {
                     let mut step = 0u64;
                     while now < last {
                         step += 1;
-                        let minutes = if step % 97 == 0 {
+                        let minutes = if step.is_multiple_of(97) {
                             9 * 60
                         } else {
                             7 + (step * 13) % 41
