@@ -222,7 +222,8 @@ async fn a_failed_acquire_leaves_no_lease_behind() {
         let mut c = redis.conn().await;
         let keys = JobKeys::new("corrupt");
         // (what is corrupted, how) — each must fail the acquire and leave no lease.
-        let cases: [(&str, fn(&JobKeys) -> redis::Cmd); 4] = [
+        type Corrupt = fn(&JobKeys) -> redis::Cmd;
+        let cases: [(&str, Corrupt); 4] = [
             ("a counter that is not a number", |k| {
                 redis::cmd("SET").arg(k.token()).arg("not-a-number").clone()
             }),
