@@ -9,7 +9,7 @@
 //! The integration tests (failover, billing, operate) record a history around real hosts and
 //! assert on it; the checker's own test is in `tests/integration/history.rs`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt;
@@ -19,6 +19,8 @@ use crate::redis::RedisServer;
 /// Records every command the server executes, from `start` until dropped.
 pub struct Recorder {
     lines: Arc<Mutex<Vec<String>>>,
+    /// Client addresses of the test's own operator connections ([`Recorder::operator_conn`]).
+    operators: Mutex<HashSet<String>>,
     task: tokio::task::JoinHandle<()>,
     /// Every job's fence when recording started: (token, holder).
     pub initial: HashMap<String, (u64, String)>,
@@ -59,6 +61,7 @@ impl Recorder {
         });
         Recorder {
             lines,
+            operators: Mutex::default(),
             task,
             initial,
         }
@@ -69,9 +72,29 @@ impl Recorder {
         self.lines.lock().unwrap().clone()
     }
 
+    /// A connection for the test to act as an operator with (delete a record, write a
+    /// request by hand): its plain writes are not counted as writes outside the fence. Any
+    /// other plain write of a key only terms write is a violation.
+    pub async fn operator_conn(&self, redis: &RedisServer) -> ::redis::aio::MultiplexedConnection {
+        let mut c = redis.conn().await;
+        let info: String = ::redis::cmd("CLIENT")
+            .arg("INFO")
+            .query_async(&mut c)
+            .await
+            .expect("CLIENT INFO");
+        let addr = info
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix("addr="))
+            .expect("CLIENT INFO has addr=")
+            .to_string();
+        self.operators.lock().unwrap().insert(addr);
+        c
+    }
+
     /// Checks the history recorded so far (see [`check`]).
     pub fn check(&self) -> Result<History, String> {
-        check_from(self.initial.clone(), &self.lines())
+        let operators = self.operators.lock().unwrap().clone();
+        check_with(self.initial.clone(), &operators, &self.lines())
     }
 }
 
@@ -117,10 +140,10 @@ impl History {
 }
 
 /// Splits a MONITOR line into its source (`lua` or a client address) and its arguments.
-fn parse(line: &str) -> Option<(bool, Vec<String>)> {
+fn parse(line: &str) -> Option<(&str, Vec<String>)> {
     let open = line.find('[')?;
     let close = open + line[open..].find(']')?;
-    let from_lua = line[open..close].ends_with(" lua");
+    let source = line[open + 1..close].split_once(' ').map_or("", |(_, s)| s);
     let mut args = Vec::new();
     let mut chars = line[close + 1..].chars().peekable();
     while let Some(c) = chars.next() {
@@ -147,7 +170,24 @@ fn parse(line: &str) -> Option<(bool, Vec<String>)> {
         }
         args.push(arg);
     }
-    Some((from_lua, args))
+    Some((source, args))
+}
+
+/// Whether `cmd` on `key` is a write only a term makes.
+fn is_term_key(cmd: &str, key: &str) -> bool {
+    match cmd {
+        "SET" | "DEL" => {
+            key.contains(":data:")
+                || key.contains(":run:")
+                || key.contains(":ckpt:")
+                || key.contains(":corrupt:")
+                || key.ends_with(":cursor")
+                || key.ends_with(":last")
+        }
+        "SADD" | "SREM" => key.ends_with(":open"),
+        "HDEL" => key.ends_with(":requested"),
+        _ => false,
+    }
 }
 
 fn job_of(key: &str) -> Option<&str> {
@@ -168,6 +208,15 @@ pub fn check_from(
     initial: HashMap<String, (u64, String)>,
     lines: &[String],
 ) -> Result<History, String> {
+    check_with(initial, &HashSet::new(), lines)
+}
+
+/// [`check_from`], with the client addresses whose plain writes are an operator's.
+pub fn check_with(
+    initial: HashMap<String, (u64, String)>,
+    operators: &HashSet<String>,
+    lines: &[String],
+) -> Result<History, String> {
     let mut history = History::default();
     let mut fence = initial;
     let mut writer: Option<(String, u64)> = None;
@@ -177,14 +226,22 @@ pub fn check_from(
         // Values can be megabytes long: quote at most the start of a line in a violation.
         let line = &full[..full.char_indices().nth(300).map_or(full.len(), |(i, _)| i)];
         // Parse the whole line: a long script call keeps its token far from the start.
-        let Some((from_lua, args)) = parse(full) else {
+        let Some((source, args)) = parse(full) else {
             continue;
         };
+        let from_lua = source == "lua";
         let Some(cmd) = args.first().map(|c| c.to_ascii_uppercase()) else {
             continue;
         };
         if !from_lua {
             writer = None;
+            if let Some(key) = args.get(1)
+                && is_term_key(&cmd, key)
+                && !operators.contains(source)
+            {
+                violations.push(format!("write outside a fenced-write script: {line}"));
+                continue;
+            }
             if (cmd == "EVALSHA" || cmd == "EVAL") && args.len() > 3 {
                 let nkeys: usize = args[2].parse().unwrap_or(0);
                 let keys = &args[3..3 + nkeys.min(args.len() - 3)];
@@ -227,9 +284,11 @@ pub fn check_from(
                 }
                 fence.insert(job, (token, holder));
             }
-            "SET" | "DEL"
-                if key.contains(":data:") || key.contains(":run:") || key.contains(":ckpt:") =>
-            {
+            // Every write a term makes: job data, run records, checkpoints, corrupt records
+            // moved aside, the cursor, the last-run marker, the open-runs index, and the
+            // clearing of operator requests. (Operators write requests with HSET/HSETNX and
+            // the pause flag with SET/DEL on `:paused`, outside any term.)
+            "SET" | "DEL" | "SADD" | "SREM" | "HDEL" if is_term_key(&cmd, &key) => {
                 let Some((owner, token)) = writer.clone() else {
                     violations.push(format!("write outside a fenced-write script: {line}"));
                     continue;

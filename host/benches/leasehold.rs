@@ -1,4 +1,4 @@
-//! Leasehold's benchmarks (BENCHMARKS.md, DESIGN §7). One command, one table:
+//! Leasehold's benchmarks (the targets and the table: BENCHMARKS.md). One command, one table:
 //!
 //! ```text
 //! cargo bench --bench leasehold                      # everything, a few minutes
@@ -387,8 +387,6 @@ async fn step_context(redis: &RedisServer, job: &str) -> (StepContext, Term) {
         .await
         .unwrap();
     let ctx = StepContext {
-        job: job.into(),
-        node: "bench".into(),
         keys,
         term: term.clone(),
         conn,
@@ -399,8 +397,6 @@ async fn step_context(redis: &RedisServer, job: &str) -> (StepContext, Term) {
 
 fn ctx_clone(ctx: &StepContext, data_dir: Option<PathBuf>) -> StepContext {
     StepContext {
-        job: ctx.job.clone(),
-        node: ctx.node.clone(),
         keys: ctx.keys.clone(),
         term: ctx.term.clone(),
         conn: ctx.conn.clone(),

@@ -1,4 +1,4 @@
-//! `leasehold demo`: the reference scenario of the design brief, run locally and narrated.
+//! `leasehold demo`: the reference scenario (README, first lines), run locally and narrated.
 //!
 //! Three replicas of the reconciliation service (real `leasehold run` processes started from
 //! this binary) share one Redis. One leads the daily reconciliation of a generated day; the demo

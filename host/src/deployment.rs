@@ -17,7 +17,7 @@ const MIN_VERSION: (u32, u32) = (6, 0);
 
 /// What the host learned about its Redis.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Deployment {
+pub(crate) struct Deployment {
     /// `redis_version`.
     pub version: String,
     /// `maxmemory_policy`.
@@ -26,7 +26,7 @@ pub struct Deployment {
 
 /// Redis is not set up the way the host needs.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum DeploymentError {
+pub(crate) enum DeploymentError {
     /// The eviction policy lets Redis drop keys.
     #[error(
         "redis maxmemory-policy is {policy}: Redis may evict leases, fences, cursors and run records when memory runs short, and a period could then run twice; set `maxmemory-policy noeviction` (in redis.conf, or CONFIG SET maxmemory-policy noeviction), or start with --allow-evicting-redis to run anyway"
@@ -48,7 +48,7 @@ pub enum DeploymentError {
 
 /// Reads `INFO` and checks it (see the module doc). With `allow_evicting`, an evicting
 /// policy is returned as the deployment (the caller warns) instead of an error.
-pub async fn check<C: ConnectionLike>(
+pub(crate) async fn check<C: ConnectionLike>(
     conn: &mut C,
     allow_evicting: bool,
 ) -> Result<Deployment, DeploymentError> {

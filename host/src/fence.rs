@@ -10,7 +10,14 @@
 //!    Redis applies it (**not leaseholder**) — the compare etcd does on the leader key's
 //!    revision, possible because lease and data live in the same Redis;
 //! 3. otherwise raises the fence to the token if it is higher, and sets every key given (in
-//!    *create* mode only if none of them exists yet: an idempotency key).
+//!    *create* mode only if none of them exists yet: an idempotency key), deletes the keys to
+//!    delete, and applies the run bookkeeping that goes with them ([`Bookkeeping`]): periods
+//!    added to or removed from the open-runs index, and operator requests cleared — each only
+//!    if it still carries the id of the request that was served.
+//!
+//! Every write a term makes goes through this script, so a term that has ended (its lease
+//! expired, a newer term began) can change nothing: not a record, a checkpoint, the cursor,
+//! the index, or an operator's request.
 //!
 //! The acquire script raises the fence when a term starts (see [`crate::lease`]), so once term
 //! `t` has begun no write of an earlier term is accepted, even before `t` writes anything.
@@ -28,9 +35,11 @@ use crate::term::{Term, mono_ms};
 static FENCED_WRITE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
--- KEYS: lease, fence, keys to set..., keys to delete...
+-- KEYS: lease, fence, open-runs index, requests, keys to set..., keys to delete...
 -- ARGV: owner, token, number of keys to set, create ('1': only if no key to set exists),
---       values... (one per key to set)
+--       number of index additions, of index removals, of request clearings,
+--       values... (one per key to set), periods to add to the index...,
+--       periods to remove from it..., (period, request id) pairs to clear...
 local token = tonumber(ARGV[2])
 local fence_token = redis.call('HGET', KEYS[2], 'token')
 local fence_holder = redis.call('HGET', KEYS[2], 'holder') or ''
@@ -53,16 +62,34 @@ end
 local sets = tonumber(ARGV[3])
 if ARGV[4] == '1' then
   for i = 1, sets do
-    if redis.call('EXISTS', KEYS[i + 2]) == 1 then
+    if redis.call('EXISTS', KEYS[i + 4]) == 1 then
       return {1, 'exists', '', ''}
     end
   end
 end
-for i = 1, #KEYS - 2 do
+for i = 1, #KEYS - 4 do
   if i <= sets then
-    redis.call('SET', KEYS[i + 2], ARGV[i + 4])
+    redis.call('SET', KEYS[i + 4], ARGV[i + 7])
   else
-    redis.call('DEL', KEYS[i + 2])
+    redis.call('DEL', KEYS[i + 4])
+  end
+end
+local a = 7 + sets
+for i = 1, tonumber(ARGV[5]) do
+  redis.call('SADD', KEYS[3], ARGV[a + i])
+end
+a = a + tonumber(ARGV[5])
+for i = 1, tonumber(ARGV[6]) do
+  redis.call('SREM', KEYS[3], ARGV[a + i])
+end
+a = a + tonumber(ARGV[6])
+-- A request is cleared only if it is still the one served: an operator's newer request (a new
+-- id) survives a leader's clearing of an older one.
+for i = 1, tonumber(ARGV[7]) do
+  local period, id = ARGV[a + 2 * i - 1], ARGV[a + 2 * i]
+  local v = redis.call('HGET', KEYS[4], period)
+  if v and (v == id or string.sub(v, 1, #id + 1) == id .. ' ') then
+    redis.call('HDEL', KEYS[4], period)
   end
 end
 return {1, '', '', ''}
@@ -132,6 +159,18 @@ pub enum FenceError {
     Redis(#[from] redis::RedisError),
 }
 
+/// The run bookkeeping a term write changes together with its keys, atomically.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Bookkeeping<'a> {
+    /// Periods added to the open-runs index (`lh:{job}:open`).
+    pub open_add: &'a [String],
+    /// Periods removed from the open-runs index.
+    pub open_remove: &'a [String],
+    /// Operator requests cleared, as `(period, request id)`: each is removed only if the
+    /// request for the period still has that id.
+    pub clear_requests: &'a [(String, String)],
+}
+
 /// Sets every `(key, value)` pair (full Redis keys of this job), fenced by the term
 /// `(owner, token)`.
 pub async fn write<C: ConnectionLike>(
@@ -141,22 +180,39 @@ pub async fn write<C: ConnectionLike>(
     token: u64,
     writes: &[(String, &[u8])],
 ) -> Result<(), FenceError> {
-    write_and_delete(conn, keys, owner, token, writes, &[]).await
+    let write = TermWrite::new(writes, &[]);
+    invoke(conn, keys, (owner, token), &write).await.map(|_| ())
 }
 
-/// Sets every `(key, value)` pair and deletes every key of `deletes`, all atomically in one
-/// script, fenced by the term `(owner, token)`. All keys must be this job's.
-pub async fn write_and_delete<C: ConnectionLike>(
-    conn: &mut C,
-    keys: &JobKeys,
-    owner: &str,
-    token: u64,
-    writes: &[(String, &[u8])],
-    deletes: &[String],
-) -> Result<(), FenceError> {
-    invoke(conn, keys, (owner, token), writes, deletes, false)
-        .await
-        .map(|_| ())
+/// What one term write does: keys to set, keys to delete, bookkeeping, all or nothing.
+#[derive(Clone, Copy, Debug)]
+pub struct TermWrite<'a> {
+    /// `(key, value)` pairs to set (full Redis keys of this job).
+    pub sets: &'a [(String, &'a [u8])],
+    /// Keys to delete.
+    pub deletes: &'a [String],
+    /// Set nothing if a key to set exists (an idempotency key).
+    pub create: bool,
+    /// The run bookkeeping that goes with the keys.
+    pub book: Bookkeeping<'a>,
+}
+
+impl<'a> TermWrite<'a> {
+    /// Sets `sets` and deletes `deletes`.
+    pub fn new(sets: &'a [(String, &'a [u8])], deletes: &'a [String]) -> Self {
+        TermWrite {
+            sets,
+            deletes,
+            create: false,
+            book: Bookkeeping::default(),
+        }
+    }
+
+    /// With `book` applied in the same script.
+    pub fn with(mut self, book: Bookkeeping<'a>) -> Self {
+        self.book = book;
+        self
+    }
 }
 
 /// Runs the script; `Ok(false)` when `create` found a key to set already there (nothing was
@@ -165,21 +221,31 @@ async fn invoke<C: ConnectionLike>(
     conn: &mut C,
     keys: &JobKeys,
     (owner, token): (&str, u64),
-    writes: &[(String, &[u8])],
-    deletes: &[String],
-    create: bool,
+    write: &TermWrite<'_>,
 ) -> Result<bool, FenceError> {
+    let book = &write.book;
     let mut inv = FENCED_WRITE.key(keys.lease());
     inv.key(keys.fence())
+        .key(keys.open_runs())
+        .key(keys.requests())
         .arg(owner)
         .arg(token)
-        .arg(writes.len())
-        .arg(if create { "1" } else { "0" });
-    for (key, value) in writes {
+        .arg(write.sets.len())
+        .arg(if write.create { "1" } else { "0" })
+        .arg(book.open_add.len())
+        .arg(book.open_remove.len())
+        .arg(book.clear_requests.len());
+    for (key, value) in write.sets {
         inv.key(key).arg(*value);
     }
-    for key in deletes {
+    for key in write.deletes {
         inv.key(key);
+    }
+    for period in book.open_add.iter().chain(book.open_remove) {
+        inv.arg(period);
+    }
+    for (period, id) in book.clear_requests {
+        inv.arg(period).arg(id);
     }
     let (ok, kind, fence_token, holder): (i64, String, String, String) =
         inv.invoke_async(conn).await?;
@@ -233,15 +299,6 @@ pub enum TermWriteError {
     Redis(redis::RedisError),
 }
 
-/// One write of a term: the keys to set and to delete, atomically, and whether it only
-/// creates (sets nothing if a key to set exists).
-#[derive(Clone, Copy)]
-struct TermWrite<'a> {
-    sets: &'a [(String, &'a [u8])],
-    deletes: &'a [String],
-    create: bool,
-}
-
 /// The one way a term writes (runner and guest alike): refused locally once `term` has ended
 /// (I3), abandoned if the term ends while waiting for Redis, and a refusal by the fence ends
 /// the term at once. Emits a `fenced write` debug event with the send time and the term's
@@ -251,14 +308,8 @@ pub async fn write_in_term<C: ConnectionLike>(
     conn: &mut C,
     keys: &JobKeys,
     term: &Term,
-    sets: &[(String, &[u8])],
-    deletes: &[String],
+    write: TermWrite<'_>,
 ) -> Result<(), TermWriteError> {
-    let write = TermWrite {
-        sets,
-        deletes,
-        create: false,
-    };
     term_write(conn, keys, term, write).await.map(|_| ())
 }
 
@@ -273,9 +324,8 @@ pub async fn create_in_term<C: ConnectionLike>(
 ) -> Result<bool, TermWriteError> {
     let sets = [(key, value)];
     let write = TermWrite {
-        sets: &sets,
-        deletes: &[],
         create: true,
+        ..TermWrite::new(&sets, &[])
     };
     term_write(conn, keys, term, write).await
 }
@@ -284,12 +334,9 @@ async fn term_write<C: ConnectionLike>(
     conn: &mut C,
     keys: &JobKeys,
     term: &Term,
-    TermWrite {
-        sets: writes,
-        deletes,
-        create,
-    }: TermWrite<'_>,
+    write: TermWrite<'_>,
 ) -> Result<bool, TermWriteError> {
+    let (writes, deletes) = (write.sets, write.deletes);
     let token = term.token();
     let sent_ms = mono_ms(std::time::Instant::now());
     let deadline_ms = term.deadline_ms();
@@ -301,8 +348,8 @@ async fn term_write<C: ConnectionLike>(
     let outcome = if !term.still_leader() {
         Err(TermWriteError::Ended)
     } else {
-        let write = invoke(conn, keys, (term.owner(), token), writes, deletes, create);
-        match term.bound(write).await {
+        let call = invoke(conn, keys, (term.owner(), token), &write);
+        match term.bound(call).await {
             Some(Ok(applied)) => Ok(applied),
             Some(Err(FenceError::Refused(refusal))) => {
                 tracing::warn!(
@@ -329,6 +376,8 @@ async fn term_write<C: ConnectionLike>(
         token,
         key = first_key,
         keys = writes.len() + deletes.len(),
+        index = write.book.open_add.len() + write.book.open_remove.len(),
+        cleared = write.book.clear_requests.len(),
         sent_ms,
         deadline_ms,
         result,

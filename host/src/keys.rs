@@ -91,9 +91,21 @@ impl JobKeys {
         format!("{}released", self.prefix)
     }
 
-    /// Periods requested by operators (`leasehold trigger`).
+    /// Operator requests (hash: period → `<request id> <what the operator saw>`). Named
+    /// `requested`: earlier versions kept a set at `requests`, which is no longer read.
     pub fn requests(&self) -> String {
-        format!("{}requests", self.prefix)
+        format!("{}requested", self.prefix)
+    }
+
+    /// Where an unreadable run record of `period` is kept for the operator, moved aside so it
+    /// blocks nothing.
+    pub fn corrupt(&self, period: &str) -> String {
+        format!("{}corrupt:{period}", self.prefix)
+    }
+
+    /// `SCAN` pattern of every corrupt record kept aside.
+    pub fn corrupt_pattern(&self) -> String {
+        format!("{}corrupt:*", self.prefix)
     }
 }
 

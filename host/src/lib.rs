@@ -20,7 +20,8 @@
 //!   node id), every rule in one place.
 //! * [`metrics`] — Prometheus metrics; `http` — the HTTP API (`--http`); [`logging`] — human
 //!   or JSON logs, with each job's span fields on every line.
-//! * [`keys`] — the Redis key layout (the one table of it); [`redis_conn`] — connections;
+//! * [`keys`] — the Redis key layout (its table is in ARCHITECTURE.md); [`redis_conn`] —
+//!   connections; [`units`] — durations and sizes as people write them;
 //!   [`deployment`] — what the host checks about its Redis at start-up (version, eviction).
 //!
 //! The command line and `leasehold demo` are modules of the binary (`src/main.rs`), not of this
@@ -28,7 +29,7 @@
 
 mod catalog;
 pub mod config;
-pub mod deployment;
+pub(crate) mod deployment;
 pub mod elector;
 pub mod fence;
 mod http;
@@ -36,7 +37,7 @@ mod jobs_dir;
 pub mod keys;
 pub mod lease;
 pub mod logging;
-pub mod metrics;
+pub(crate) mod metrics;
 pub mod node;
 pub mod redis_conn;
 mod runner;
@@ -44,3 +45,4 @@ pub mod runs;
 pub mod runtime;
 pub mod spec;
 pub mod term;
+pub mod units;

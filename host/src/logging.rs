@@ -10,7 +10,7 @@
 
 use std::fmt;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::EnvFilter;
@@ -59,8 +59,10 @@ pub(crate) fn clip(mut text: String, max: usize) -> String {
     text
 }
 
-/// The JSON line format: timestamp, level, message, the fields of every enclosing span (outer
-/// first), the event's fields, and the target.
+/// The JSON line format: timestamp, level, the fields of every enclosing span (outer first),
+/// the event's fields (message first), and the target, in that order. Fields of events that
+/// come from the `log` crate (`log.target`, …) are not repeated: `log.target` becomes the
+/// target.
 struct FlatJson;
 
 impl<S, N> FormatEvent<S, N> for FlatJson
@@ -74,57 +76,98 @@ where
         mut writer: Writer<'_>,
         event: &Event<'_>,
     ) -> fmt::Result {
-        let mut line = Map::new();
-        line.insert(
-            "timestamp".into(),
+        let mut line = Line::default();
+        line.put(
+            "timestamp",
             Value::String(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
         );
-        line.insert(
-            "level".into(),
-            Value::String(event.metadata().level().to_string()),
-        );
+        line.put("level", Value::String(event.metadata().level().to_string()));
         if let Some(scope) = ctx.event_scope() {
             for span in scope.from_root() {
                 let ext = span.extensions();
                 if let Some(fields) = ext.get::<FormattedFields<N>>()
                     && let Ok(Value::Object(map)) = serde_json::from_str::<Value>(fields)
                 {
-                    line.extend(map);
+                    for (k, v) in map {
+                        line.put(&k, v);
+                    }
                 }
             }
         }
-        event.record(&mut Fields(&mut line));
-        line.insert(
-            "target".into(),
-            Value::String(event.metadata().target().into()),
-        );
-        writeln!(writer, "{}", Value::Object(line))
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        for (k, v) in fields.0 {
+            line.put(&k, v);
+        }
+        let target = fields
+            .1
+            .unwrap_or_else(|| event.metadata().target().to_string());
+        line.put("target", Value::String(target));
+        writeln!(writer, "{}", line.to_json())
     }
 }
 
-/// Records an event's fields into a JSON object.
-struct Fields<'a>(&'a mut Map<String, Value>);
+/// A JSON object whose keys keep the order they were first put in; a later value of a key
+/// replaces the earlier one in place.
+#[derive(Default)]
+struct Line(Vec<(String, Value)>);
 
-impl Visit for Fields<'_> {
+impl Line {
+    fn put(&mut self, key: &str, value: Value) {
+        match self.0.iter_mut().find(|(k, _)| k == key) {
+            Some(slot) => slot.1 = value,
+            None => self.0.push((key.to_string(), value)),
+        }
+    }
+
+    fn to_json(&self) -> String {
+        let mut out = String::from("{");
+        for (i, (k, v)) in self.0.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(&Value::String(k.clone()).to_string());
+            out.push(':');
+            out.push_str(&v.to_string());
+        }
+        out.push('}');
+        out
+    }
+}
+
+/// An event's fields, in order (message first), and the `log.target` of a `log` record.
+#[derive(Default)]
+struct Fields(Vec<(String, Value)>, Option<String>);
+
+impl Fields {
+    fn add(&mut self, field: &Field, value: Value) {
+        let name = field.name();
+        if name == "log.target" {
+            self.1 = value.as_str().map(str::to_string);
+        } else if !name.starts_with("log.") {
+            self.0.push((name.to_string(), value));
+        }
+    }
+}
+
+impl Visit for Fields {
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.0
-            .insert(field.name().into(), Value::String(format!("{value:?}")));
+        self.add(field, Value::String(format!("{value:?}")));
     }
     fn record_str(&mut self, field: &Field, value: &str) {
-        self.0
-            .insert(field.name().into(), Value::String(value.into()));
+        self.add(field, Value::String(value.into()));
     }
     fn record_u64(&mut self, field: &Field, value: u64) {
-        self.0.insert(field.name().into(), value.into());
+        self.add(field, value.into());
     }
     fn record_i64(&mut self, field: &Field, value: i64) {
-        self.0.insert(field.name().into(), value.into());
+        self.add(field, value.into());
     }
     fn record_bool(&mut self, field: &Field, value: bool) {
-        self.0.insert(field.name().into(), value.into());
+        self.add(field, value.into());
     }
     fn record_f64(&mut self, field: &Field, value: f64) {
-        self.0.insert(field.name().into(), value.into());
+        self.add(field, value.into());
     }
 }
 
@@ -138,5 +181,19 @@ mod tests {
         assert!(cut.ends_with(" [cut]"));
         assert_eq!(cut.len(), 50 + " [cut]".len());
         assert_eq!(clip("short".into(), 51), "short");
+    }
+
+    #[test]
+    fn a_line_keeps_its_order_and_the_last_value_of_a_key() {
+        let mut line = super::Line::default();
+        line.put("timestamp", "t".into());
+        line.put("level", "INFO".into());
+        line.put("token", 1.into());
+        line.put("token", 7.into());
+        line.put("message", "a \"quoted\" word".into());
+        assert_eq!(
+            line.to_json(),
+            r#"{"timestamp":"t","level":"INFO","token":7,"message":"a \"quoted\" word"}"#
+        );
     }
 }

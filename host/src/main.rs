@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 mod cli;
+#[cfg(feature = "demo")]
 mod demo;
 
 #[tokio::main]

@@ -15,14 +15,14 @@ use prometheus_client::registry::Registry;
 
 /// `job` label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct JobLabel {
+pub(crate) struct JobLabel {
     /// The job's name.
     pub job: String,
 }
 
 /// `job` and another label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct TransitionLabel {
+pub(crate) struct TransitionLabel {
     /// The job's name.
     pub job: String,
     /// `leader` or `follower`.
@@ -31,7 +31,7 @@ pub struct TransitionLabel {
 
 /// `job` and `outcome`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StepLabel {
+pub(crate) struct StepLabel {
     /// The job's name.
     pub job: String,
     /// `continue`, `done`, `failed`, `not-ready`, `trap`, `memory-limit`, `timeout`,
@@ -41,7 +41,7 @@ pub struct StepLabel {
 
 /// `job` and `status`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RunLabel {
+pub(crate) struct RunLabel {
     /// The job's name.
     pub job: String,
     /// The final status.
@@ -51,7 +51,7 @@ pub struct RunLabel {
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Every metric of the process.
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     /// See the module table.
     pub leader: Family<JobLabel, Gauge>,
@@ -166,12 +166,12 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
 });
 
 /// The process's metrics.
-pub fn get() -> &'static Metrics {
+pub(crate) fn get() -> &'static Metrics {
     &METRICS
 }
 
 /// The metrics in OpenMetrics text format.
-pub fn encode() -> String {
+pub(crate) fn encode() -> String {
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &METRICS.registry)
         .expect("writing to a String cannot fail");
@@ -186,7 +186,7 @@ fn job(job: &str) -> JobLabel {
 
 impl Metrics {
     /// This node became the job's leader with `token`.
-    pub fn became_leader(&self, name: &str, token: u64) {
+    pub(crate) fn became_leader(&self, name: &str, token: u64) {
         self.leader.get_or_create(&job(name)).set(1);
         self.token
             .get_or_create(&job(name))
@@ -200,7 +200,7 @@ impl Metrics {
     }
 
     /// This node stopped leading the job.
-    pub fn stopped_leading(&self, name: &str) {
+    pub(crate) fn stopped_leading(&self, name: &str) {
         self.leader.get_or_create(&job(name)).set(0);
         self.transitions
             .get_or_create(&TransitionLabel {
@@ -211,26 +211,26 @@ impl Metrics {
     }
 
     /// A renewal of the job's lease got an answer after `d`.
-    pub fn renewed(&self, name: &str, d: Duration) {
+    pub(crate) fn renewed(&self, name: &str, d: Duration) {
         self.renew_latency
             .get_or_create(&job(name))
             .observe(d.as_secs_f64());
     }
 
     /// The job had no known leader for `d`.
-    pub fn without_leader(&self, name: &str, d: Duration) {
+    pub(crate) fn without_leader(&self, name: &str, d: Duration) {
         self.without_leader
             .get_or_create(&job(name))
             .inc_by(d.as_secs_f64());
     }
 
     /// The fence refused one of the job's writes from this node.
-    pub fn fence_refused(&self, name: &str) {
+    pub(crate) fn fence_refused(&self, name: &str) {
         self.fence_refusals.get_or_create(&job(name)).inc();
     }
 
     /// A step of the job ended with `outcome` after `d`.
-    pub fn step(&self, name: &str, outcome: &str, d: Duration) {
+    pub(crate) fn step(&self, name: &str, outcome: &str, d: Duration) {
         self.step_duration
             .get_or_create(&StepLabel {
                 job: name.to_string(),
@@ -249,7 +249,7 @@ impl Metrics {
     }
 
     /// A run of the job reached the final `status` on this node.
-    pub fn run_final(&self, name: &str, status: &str) {
+    pub(crate) fn run_final(&self, name: &str, status: &str) {
         self.runs
             .get_or_create(&RunLabel {
                 job: name.to_string(),

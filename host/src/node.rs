@@ -40,7 +40,7 @@ use crate::runner::Runner;
 use crate::runtime::{LoadedJob, Runtime};
 
 /// Longest a stopping runner (or, at shutdown, any other task of the node) is waited for.
-pub const STOP_GRACE: Duration = Duration::from_secs(5);
+pub(crate) const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// The span a job's runner and elector run in: every line they log names the job and node.
 /// At ERROR level so that it is enabled whenever any of their lines is.
@@ -175,11 +175,12 @@ impl Host {
             keys: keys.clone(),
             released,
         };
+        let span = job_span(&name, node);
         let resign = self.electors.child_token();
         let elector = self.tasks.spawn_on(
             elector
                 .run(self.lease_conn.clone(), role_tx, resign.clone())
-                .instrument(job_span(&name, node)),
+                .instrument(span.clone()),
             self.leases.handle(),
         );
         let (version, versions) = watch::channel(job.clone());
@@ -192,11 +193,9 @@ impl Host {
             data_dir,
         );
         let stop_runner = self.runners.child_token();
-        let runner = self.tasks.spawn(
-            runner
-                .run(role_rx, stop_runner.clone())
-                .instrument(job_span(&name, node)),
-        );
+        let runner = self
+            .tasks
+            .spawn(runner.run(role_rx, stop_runner.clone()).instrument(span));
         self.jobs.insert(
             name,
             JobHandle {
@@ -225,7 +224,16 @@ impl Host {
             {
                 warn!(job = %h.job.spec.name, node = %self.cfg.node_id, "the runner did not stop within {}; aborting it before the lease is released", crate::config::show(STOP_GRACE));
                 h.runner.abort();
-                let _ = h.runner.await;
+                if tokio::time::timeout(STOP_GRACE, &mut h.runner)
+                    .await
+                    .is_err()
+                {
+                    // Still running: releasing the lease now could let a successor start while
+                    // a step of this term goes on. Leave the lease to expire instead (I7).
+                    warn!(job = %h.job.spec.name, node = %self.cfg.node_id, "the runner did not stop after being aborted; its lease is left to expire");
+                    h.resign = CancellationToken::new();
+                    h.elector.abort();
+                }
             }
             electors.push((h.resign, h.elector, h.job.spec.name.clone(), h.channel));
         }

@@ -30,8 +30,6 @@ async fn run_probe(
         .await
         .unwrap();
     let ctx = StepContext {
-        job: "probe".into(),
-        node: "test".into(),
         keys: JobKeys::new("probe"),
         term,
         conn,

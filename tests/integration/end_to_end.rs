@@ -13,7 +13,7 @@ use crate::harness::{
 
 const PERIOD: &str = "2026-11-27";
 const RUN_KEY: &str = "lh:{reconciliation}:run:2026-11-27";
-const REQUESTS: &str = "lh:{reconciliation}:requests";
+const REQUESTS: &str = "lh:{reconciliation}:requested";
 
 /// A jobs directory with the reconciliation component and a data directory with the sample.
 fn setup() -> TempDir {
@@ -163,14 +163,14 @@ async fn the_sample_day_is_reconciled_exactly_once() {
         host2
             .wait_for_log("became leader", Duration::from_secs(60))
             .await;
-        let _: i64 = c.sadd(REQUESTS, PERIOD).await.unwrap();
+        let _: i64 = c.hset(REQUESTS, PERIOD, "by-hand none").await.unwrap();
         wait_for(
             "the request to be taken up",
             Duration::from_secs(30),
             || {
                 let mut c = c.clone();
                 async move {
-                    (!c.sismember::<_, _, bool>(REQUESTS, PERIOD).await.unwrap()).then_some(())
+                    (!c.hexists::<_, _, bool>(REQUESTS, PERIOD).await.unwrap()).then_some(())
                 }
             },
         )
@@ -351,7 +351,7 @@ async fn a_waiting_run_is_found_and_finished_by_the_next_leader() {
         )
         .await;
         // The request is gone (say an operator cleared it); only the open run remains.
-        let _: i64 = c.srem(REQUESTS, PERIOD).await.unwrap();
+        let _: i64 = c.hdel(REQUESTS, PERIOD).await.unwrap();
         std::fs::rename(dir.join("bank.csv.later"), day.join("bank.csv")).unwrap();
         assert!(host.terminate(Duration::from_secs(20)).await);
 

@@ -517,7 +517,7 @@ async fn slow_redis_moves_leadership_at_most_once() {
         let second = cluster
             .host_logging("became leader", Some(first), Duration::from_secs(30))
             .await;
-        let mut c = cluster.redis.conn().await;
+        let mut c = cluster.recorder.operator_conn(&cluster.redis).await;
         let _: () = redis::AsyncCommands::del(&mut c, RUN_KEY).await.unwrap();
         cluster.trigger();
         let record = cluster.wait_done(Duration::from_secs(120)).await;

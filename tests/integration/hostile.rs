@@ -137,7 +137,13 @@ async fn hostile(mode: &str, end_status: &str) -> Aftermath {
             .strip_prefix("lh:{ticker}:")
             .unwrap_or_else(|| panic!("key {k:?} is outside both namespaces"));
         let ticker_key = [
-            "lease", "token", "fence", "open", "requests", "cursor", "last",
+            "lease",
+            "token",
+            "fence",
+            "open",
+            "requested",
+            "cursor",
+            "last",
         ]
         .contains(&rest)
             || rest.starts_with("run:")

@@ -36,6 +36,7 @@ pub(crate) async fn main(cli: Cli) -> ExitCode {
         Command::Health(args) => client::health(args).await,
         Command::Pause(args) => set_paused(args, true).await,
         Command::Resume(args) => set_paused(args, false).await,
+        #[cfg(feature = "demo")]
         Command::Demo(args) => {
             crate::demo::run(crate::demo::DemoOptions {
                 job: args.job,
@@ -44,6 +45,10 @@ pub(crate) async fn main(cli: Cli) -> ExitCode {
             })
             .await
         }
+        #[cfg(not(feature = "demo"))]
+        Command::Demo(_) => Err(anyhow::anyhow!(
+            "this leasehold was built without the demo (cargo feature `demo`)"
+        )),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

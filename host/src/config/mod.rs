@@ -19,15 +19,14 @@
 //!
 //! Job specs are validated where they are read, in [`crate::spec`].
 
-pub mod timing;
-mod units;
+mod timing;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use crate::units::{parse_duration, parse_size, show, show_size};
 pub use timing::Timing;
-pub use units::{parse_duration, parse_size, show, show_size};
 
 use crate::spec::HostLimits;
 

@@ -9,7 +9,7 @@ use tracing::{error, info, warn};
 use super::decide::{self, Fired};
 use super::{RunEnd, Runner, now_rfc3339};
 use crate::config::show;
-use crate::fence::{self, TermWriteError};
+use crate::fence::{Bookkeeping, TermWrite};
 use crate::runs::{self, RunRecord, RunStatus};
 use crate::term::Term;
 
@@ -128,13 +128,6 @@ impl Runner {
             }
             records.push(rec);
         }
-        // The open index first: if this node dies before the records are written, the next
-        // leader finds the ids (and, the cursor not having moved, accounts for them again).
-        for id in &pending {
-            if let Err(e) = runs::mark_open(&mut conn, &self.keys, id, true).await {
-                return Err(RunEnd::Interrupted(e.to_string()));
-            }
-        }
         let jsons: Vec<Vec<u8>> = records
             .iter()
             .map(|r| serde_json::to_vec(r).expect("run records serialize"))
@@ -149,15 +142,16 @@ impl Runner {
             .map(|(r, j)| (self.keys.run(&r.period), j.as_slice()))
             .collect();
         sets.push((self.keys.cursor(), cursor_value.as_bytes()));
-        match fence::write_in_term(&mut conn, &self.keys, term, &sets, &[]).await {
-            Ok(()) => {
-                for r in records.iter().filter(|r| r.status.is_final()) {
-                    crate::metrics::get().run_final(&self.job.spec.name, r.status.as_str());
-                }
-                Ok(pending)
-            }
-            Err(TermWriteError::Ended | TermWriteError::Refused(_)) => Err(RunEnd::Lost),
-            Err(TermWriteError::Redis(e)) => Err(RunEnd::Interrupted(e.to_string())),
+        // Records, the periods made pending in the open index, and the cursor: all or nothing.
+        let book = Bookkeeping {
+            open_add: &pending,
+            ..Bookkeeping::default()
+        };
+        self.fenced(term, TermWrite::new(&sets, &[]).with(book))
+            .await?;
+        for r in records.iter().filter(|r| r.status.is_final()) {
+            crate::metrics::get().run_final(&self.job.spec.name, r.status.as_str());
         }
+        Ok(pending)
     }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use crate::runs::{FailureKind, RunRecord, RunStatus};
+use crate::runs::{FailureKind, Request, RunRecord, RunStatus, Seen};
 use crate::runtime::{StepError, StepOutcome};
 use crate::spec::{CatchUp, Overlap, Policies};
 
@@ -63,20 +63,36 @@ pub(crate) enum Entry {
     New,
 }
 
-/// Decides how a pass over a period begins.
-pub(crate) fn entry(existing: Option<&RunRecord>, requested: bool) -> Entry {
-    match existing {
-        None => Entry::New,
-        Some(r) if r.status == RunStatus::Done => Entry::Finished,
-        Some(r) if r.status.is_final() && requested => Entry::Rerun {
-            attempt: if r.status == RunStatus::Failed {
-                r.attempt + 1
-            } else {
-                1
-            },
+/// Decides how a pass over a period begins, given its record and the operator's request for
+/// it, if any. A final record other than `done` runs again only for a request that names that
+/// very record (what the operator saw: its status and attempt), or for a request made before
+/// there was a record when the period was then recorded missed or skipped: so a request made
+/// while a run was open does not re-run it after it fails, and a request served already (its
+/// record has moved on) is not served twice.
+pub(crate) fn entry(existing: Option<&RunRecord>, request: Option<&Request>) -> Entry {
+    let Some(r) = existing else {
+        return Entry::New;
+    };
+    if r.status == RunStatus::Done {
+        return Entry::Finished;
+    }
+    if !r.status.is_final() {
+        return Entry::Continue;
+    }
+    let asked = match request.map(|q| q.seen) {
+        Some(Seen::Final { status, attempt }) => status == r.status && attempt == r.attempt,
+        Some(Seen::Nothing) => matches!(r.status, RunStatus::Missed | RunStatus::Skipped),
+        Some(Seen::Open) | None => false,
+    };
+    if !asked {
+        return Entry::Finished;
+    }
+    Entry::Rerun {
+        attempt: if r.status == RunStatus::Failed {
+            r.attempt + 1
+        } else {
+            1
         },
-        Some(r) if r.status.is_final() => Entry::Finished,
-        Some(_) => Entry::Continue,
     }
 }
 
@@ -149,19 +165,19 @@ pub(crate) fn run_time_exceeded(
 /// accounted as pending. A period finished on this node earlier (`done`) is due again only
 /// when it is requested; one waiting for a retry or its inputs (`not_before`) only once its
 /// time has come.
-pub(crate) fn next_due(
-    open: &[String],
-    requested: &[String],
-    accounted: &[String],
+pub(crate) fn next_due<'a>(
+    open: &'a [String],
+    requested: &[&'a String],
+    accounted: &'a [String],
     done: &HashSet<String>,
     not_before: &HashMap<String, Instant>,
     now: Instant,
 ) -> Option<String> {
     let mut due: Vec<&String> = open
         .iter()
-        .chain(requested)
+        .chain(requested.iter().copied())
         .chain(accounted)
-        .filter(|id| !done.contains(*id) || requested.contains(*id))
+        .filter(|id| !done.contains(*id) || requested.contains(id))
         .collect();
     due.sort();
     due.dedup();
@@ -235,35 +251,74 @@ mod tests {
         assert_eq!(on_fire(&skip, false, Duration::ZERO, true), Fired::Missed);
     }
 
-    #[test]
-    fn a_done_period_is_never_entered_again() {
-        assert_eq!(
-            entry(Some(&record(RunStatus::Done, 1)), true),
-            Entry::Finished
-        );
-        assert_eq!(
-            entry(Some(&record(RunStatus::Done, 1)), false),
-            Entry::Finished
-        );
+    fn asked(seen: Seen) -> Request {
+        Request {
+            id: "r1".into(),
+            seen,
+        }
+    }
+
+    fn saw(status: RunStatus, attempt: u32) -> Request {
+        asked(Seen::Final { status, attempt })
     }
 
     #[test]
-    fn a_requested_final_period_is_a_new_attempt() {
+    fn a_done_period_is_never_entered_again() {
+        let done = record(RunStatus::Done, 1);
         assert_eq!(
-            entry(Some(&record(RunStatus::Failed, 2)), true),
+            entry(Some(&done), Some(&saw(RunStatus::Done, 1))),
+            Entry::Finished
+        );
+        assert_eq!(entry(Some(&done), None), Entry::Finished);
+    }
+
+    #[test]
+    fn a_request_that_names_the_final_record_is_a_new_attempt() {
+        let failed = record(RunStatus::Failed, 2);
+        assert_eq!(
+            entry(Some(&failed), Some(&saw(RunStatus::Failed, 2))),
             Entry::Rerun { attempt: 3 }
         );
         for s in [RunStatus::Missed, RunStatus::Skipped] {
+            let r = record(s, 4);
             assert_eq!(
-                entry(Some(&record(s, 4)), true),
+                entry(Some(&r), Some(&saw(s, 4))),
                 Entry::Rerun { attempt: 1 }
             );
-            assert_eq!(entry(Some(&record(s, 4)), false), Entry::Finished);
+            // Asked before the period had a record, then the scheduler missed or skipped it.
+            assert_eq!(
+                entry(Some(&r), Some(&asked(Seen::Nothing))),
+                Entry::Rerun { attempt: 1 }
+            );
+            assert_eq!(entry(Some(&r), None), Entry::Finished);
         }
         for s in [RunStatus::Pending, RunStatus::Running, RunStatus::Waiting] {
-            assert_eq!(entry(Some(&record(s, 1)), true), Entry::Continue);
+            assert_eq!(
+                entry(Some(&record(s, 1)), Some(&asked(Seen::Nothing))),
+                Entry::Continue
+            );
         }
-        assert_eq!(entry(None, false), Entry::New);
+        assert_eq!(entry(None, None), Entry::New);
+    }
+
+    #[test]
+    fn a_request_for_another_record_does_not_run_again() {
+        let failed = record(RunStatus::Failed, 3);
+        // Served already: the record moved on from what the operator saw.
+        assert_eq!(
+            entry(Some(&failed), Some(&saw(RunStatus::Failed, 2))),
+            Entry::Finished
+        );
+        // Asked while the run was open ("it carries on"), and the run then failed.
+        assert_eq!(
+            entry(Some(&failed), Some(&asked(Seen::Open))),
+            Entry::Finished
+        );
+        // Asked before there was a record; the run made for it failed.
+        assert_eq!(
+            entry(Some(&failed), Some(&asked(Seen::Nothing))),
+            Entry::Finished
+        );
     }
 
     #[test]
@@ -353,9 +408,9 @@ mod tests {
             None
         );
         // A request brings a period finished here back.
-        let requested = ids(&["2026-11-27"]);
+        let asked = "2026-11-27".to_string();
         assert_eq!(
-            next_due(&open, &requested, &accounted, &done, &not_before, now).as_deref(),
+            next_due(&open, &[&asked], &accounted, &done, &not_before, now).as_deref(),
             Some("2026-11-27")
         );
     }

@@ -40,12 +40,13 @@ use chrono::Utc;
 use redis::aio::ConnectionManager;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument as _, info, info_span, warn};
+use tracing::{Instrument as _, error_span, info, warn};
 
 use crate::config::Timing;
 use crate::elector::Role;
+use crate::fence::{self, Bookkeeping, TermWrite, TermWriteError};
 use crate::keys::JobKeys;
-use crate::runs;
+use crate::runs::{self, Request};
 use crate::runtime::{LoadedJob, Runtime};
 use crate::spec::Period;
 use crate::term::Term;
@@ -163,7 +164,8 @@ impl Runner {
                     _ = stop.cancelled() => return,
                 }
             };
-            let span = info_span!("term", token = term.token());
+            // At ERROR level, like the job's span: enabled whenever any line of the term is.
+            let span = error_span!("term", token = term.token());
             tokio::select! {
                 _ = self.lead(&term, &mut done, &mut not_before).instrument(span) => {}
                 _ = stop.cancelled() => {
@@ -217,14 +219,8 @@ impl Runner {
                 }
             };
             let now = Instant::now();
-            let next = decide::next_due(
-                &state.open,
-                &state.requested,
-                &accounted,
-                done,
-                not_before,
-                now,
-            );
+            let asked: Vec<&String> = state.requested.keys().collect();
+            let next = decide::next_due(&state.open, &asked, &accounted, done, not_before, now);
             let Some(id) = next else {
                 // Nothing due: wait for the next fire time, a request, a retry, or the term's end.
                 let until_fire = self.until_next_fire(poll);
@@ -237,14 +233,14 @@ impl Runner {
                     .await;
                 continue;
             };
-            let requested = state.requested.contains(&id);
-            let Some(period) = self.period_of(&id).await else {
+            let request = state.requested.get(&id).cloned();
+            let Some(period) = self.period_of(term, &id, request.as_ref()).await else {
                 continue;
             };
             // Periods keep being accounted for at their fire times while the run goes on, so
             // the overlap and catch-up policies see them on time.
             let end = {
-                let run = self.run_period(term, &period, requested);
+                let run = self.run_period(term, &period, request.as_ref());
                 tokio::pin!(run);
                 loop {
                     tokio::select! {
@@ -258,21 +254,20 @@ impl Runner {
                 }
             };
             match end {
-                end @ (RunEnd::Finished | RunEnd::Broken) => {
+                RunEnd::Finished | RunEnd::Broken => {
                     if done.len() >= DONE_CACHE {
                         done.clear();
                     }
                     done.insert(period.id.clone());
                     not_before.remove(&period.id);
-                    let cleared = async {
-                        runs::clear_request(&mut conn, &self.keys, &period.id).await?;
-                        if !matches!(end, RunEnd::Broken) {
-                            runs::mark_open(&mut conn, &self.keys, &period.id, false).await?;
+                    // Out of the open index, and the request served cleared (only if it is
+                    // still the one served), in a fenced write.
+                    match self.settle(term, &period.id, request.as_ref()).await {
+                        Ok(()) => {}
+                        Err(RunEnd::Lost) => return,
+                        Err(e) => {
+                            warn!(period = %period.id, "cannot clear the run's request or open mark: {}", e.why())
                         }
-                        Ok::<_, redis::RedisError>(())
-                    };
-                    if let Err(e) = cleared.await {
-                        warn!(period = %period.id, "cannot clear the run's request or open mark: {e}");
                     }
                 }
                 RunEnd::Later(at) => {
@@ -285,6 +280,37 @@ impl Runner {
                     not_before.insert(period.id.clone(), Instant::now() + ERROR_RETRY);
                 }
             }
+        }
+    }
+
+    /// Takes `period` out of the open index and clears `request` (if it is still the one
+    /// served), in one fenced write of `term`.
+    async fn settle(
+        &self,
+        term: &Term,
+        period: &str,
+        request: Option<&Request>,
+    ) -> Result<(), RunEnd> {
+        let open_remove = [period.to_string()];
+        let clear: Vec<(String, String)> = request
+            .map(|r| (period.to_string(), r.id.clone()))
+            .into_iter()
+            .collect();
+        let book = Bookkeeping {
+            open_remove: &open_remove,
+            clear_requests: &clear,
+            ..Bookkeeping::default()
+        };
+        self.fenced(term, TermWrite::new(&[], &[]).with(book)).await
+    }
+
+    /// One fenced write of `term`, its outcome as a [`RunEnd`] on failure.
+    async fn fenced(&self, term: &Term, write: TermWrite<'_>) -> Result<(), RunEnd> {
+        let mut conn = self.conn.clone();
+        match fence::write_in_term(&mut conn, &self.keys, term, write).await {
+            Ok(()) => Ok(()),
+            Err(TermWriteError::Ended | TermWriteError::Refused(_)) => Err(RunEnd::Lost),
+            Err(TermWriteError::Redis(e)) => Err(RunEnd::Interrupted(e.to_string())),
         }
     }
 
@@ -309,21 +335,16 @@ impl Runner {
     }
 
     /// The period `id` names in the job's schedule. A period that is not one (a bad request,
-    /// or a record left by a version with another schedule) is dropped from the request and
-    /// open sets, with a warning.
-    async fn period_of(&self, id: &str) -> Option<Period> {
+    /// or a record left by a version with another schedule) is dropped from the open index
+    /// and its request cleared (fenced), with a warning.
+    async fn period_of(&self, term: &Term, id: &str, request: Option<&Request>) -> Option<Period> {
         let schedule = &self.job.spec.schedule;
         if let Some(p) = schedule.period_by_id(id) {
             return Some(p);
         }
         warn!(period = %id, "period is not a period of schedule {:?} ({}); dropped", schedule.expr(), schedule.tz());
-        let mut conn = self.conn.clone();
-        let dropped = async {
-            runs::clear_request(&mut conn, &self.keys, id).await?;
-            runs::mark_open(&mut conn, &self.keys, id, false).await
-        };
-        if let Err(e) = dropped.await {
-            warn!(period = %id, "cannot drop the period: {e}");
+        if let Err(e) = self.settle(term, id, request).await {
+            warn!(period = %id, "cannot drop the period: {}", e.why());
         }
         None
     }

@@ -10,8 +10,8 @@ use tracing::{error, info, warn};
 use super::decide::{self, AfterFailure, Entry};
 use super::{NOT_READY_RETRY, RunEnd, Runner, now_rfc3339};
 use crate::config::show;
-use crate::fence::{self, TermWriteError};
-use crate::runs::{self, FailureKind, RecordError, RunRecord, RunStatus};
+use crate::fence::{Bookkeeping, TermWrite};
+use crate::runs::{self, FailureKind, RecordError, Request, RunRecord, RunStatus};
 use crate::runtime::{LoadedJob, RunInfo, StepContext, StepError, StepOutcome};
 use crate::spec::Period;
 use crate::term::Term;
@@ -22,7 +22,12 @@ impl Runner {
     /// this host no longer has that version, the run fails (versions are never mixed).
     /// `requested`: an operator asked for this period, so a final record other than `done` is
     /// run again as a new attempt.
-    pub(super) async fn run_period(&self, term: &Term, period: &Period, requested: bool) -> RunEnd {
+    pub(super) async fn run_period(
+        &self,
+        term: &Term,
+        period: &Period,
+        request: Option<&Request>,
+    ) -> RunEnd {
         let keys = &self.keys;
         let token = term.token();
         let policies = self.job.spec.policies;
@@ -32,13 +37,12 @@ impl Runner {
             None => return RunEnd::Lost,
             Some(Ok(r)) => r,
             Some(Err(e @ RecordError::Corrupt { .. })) => {
-                error!(period = %period.id, "{e}; the period is skipped until the record is repaired or deleted");
-                return RunEnd::Broken;
+                return self.move_aside(term, &period.id, &e).await;
             }
             Some(Err(RecordError::Redis(e))) => return RunEnd::Interrupted(e.to_string()),
         };
         let now = now_rfc3339();
-        let mut record = match (decide::entry(existing.as_ref(), requested), existing) {
+        let mut record = match (decide::entry(existing.as_ref(), request), existing) {
             (Entry::Finished, _) => return RunEnd::Finished,
             (Entry::Rerun { attempt }, Some(mut r)) => {
                 info!(period = %period.id, previous = r.status.as_str(), "re-running the period as an operator asked");
@@ -100,9 +104,6 @@ impl Runner {
         record.status = RunStatus::Running;
         record.error = None;
         record.retry_at = None;
-        if let Err(e) = runs::mark_open(&mut conn, keys, &period.id, true).await {
-            return RunEnd::Interrupted(e.to_string());
-        }
         if let Err(end) = self.save(term, version, &mut record, None).await {
             return end;
         }
@@ -132,8 +133,6 @@ impl Runner {
                 return RunEnd::Paused;
             }
             let ctx = StepContext {
-                job: self.job.spec.name.clone(),
-                node: self.node.clone(),
                 keys: keys.clone(),
                 term: term.clone(),
                 conn: self.conn.clone(),
@@ -293,11 +292,57 @@ impl Runner {
         if record.status.is_final() {
             sets.push((keys.last_run(), record.period.as_bytes()));
         }
+        // The open index follows the record in the same write: open while the run is.
+        let period = [record.period.clone()];
+        let book = if record.status.is_final() {
+            Bookkeeping {
+                open_remove: &period,
+                ..Bookkeeping::default()
+            }
+        } else {
+            Bookkeeping {
+                open_add: &period,
+                ..Bookkeeping::default()
+            }
+        };
+        self.fenced(term, TermWrite::new(&sets, &deletes).with(book))
+            .await
+    }
+
+    /// An unreadable record of `period` is moved aside to `lh:{job}:corrupt:<period>` (kept
+    /// for the operator, listed as `corrupt` in the run history) and taken out of the open
+    /// index, in one fenced write, so that it blocks nothing; the period is not run.
+    async fn move_aside(&self, term: &Term, period: &str, why: &RecordError) -> RunEnd {
+        let keys = &self.keys;
         let mut conn = self.conn.clone();
-        match fence::write_in_term(&mut conn, keys, term, &sets, &deletes).await {
-            Ok(()) => Ok(()),
-            Err(TermWriteError::Ended | TermWriteError::Refused(_)) => Err(RunEnd::Lost),
-            Err(TermWriteError::Redis(e)) => Err(RunEnd::Interrupted(e.to_string())),
+        let raw = match self
+            .in_term(
+                term,
+                redis::cmd("GET")
+                    .arg(keys.run(period))
+                    .query_async::<Option<Vec<u8>>>(&mut conn),
+            )
+            .await
+        {
+            Ok(raw) => raw.unwrap_or_default(),
+            Err(end) => return end,
+        };
+        let sets = [(keys.corrupt(period), raw.as_slice())];
+        let deletes = [keys.run(period), keys.checkpoint(period)];
+        let open_remove = [period.to_string()];
+        let book = Bookkeeping {
+            open_remove: &open_remove,
+            ..Bookkeeping::default()
+        };
+        match self
+            .fenced(term, TermWrite::new(&sets, &deletes).with(book))
+            .await
+        {
+            Ok(()) => {
+                error!(period = %period, bytes = raw.len(), kept_at = %keys.corrupt(period), "{why}; moved aside, the period is not run (an operator may trigger it again)");
+                RunEnd::Broken
+            }
+            Err(end) => end,
         }
     }
 }

@@ -40,14 +40,14 @@ impl Compiled {
 
 /// A cache directory for one engine configuration.
 #[derive(Clone, Debug)]
-pub struct CodeCache {
+pub(crate) struct CodeCache {
     dir: PathBuf,
     engine_key: String,
 }
 
 impl CodeCache {
     /// Opens (creating it if needed) the cache in `dir` for `engine`'s configuration.
-    pub fn open(dir: &Path, engine: &Engine) -> std::io::Result<Self> {
+    pub(crate) fn open(dir: &Path, engine: &Engine) -> std::io::Result<Self> {
         std::fs::create_dir_all(dir)?;
         let mut h = DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut h);
@@ -58,14 +58,14 @@ impl CodeCache {
     }
 
     /// The entry for the component whose sha256 is `content` (hex).
-    pub fn entry(&self, content: &str) -> PathBuf {
+    pub(crate) fn entry(&self, content: &str) -> PathBuf {
         self.dir
             .join(format!("{content}-{}.cwasm", self.engine_key))
     }
 
     /// The compiled component for `bytes` (whose sha256 is `content`): from the cache when a
     /// usable entry exists, otherwise compiled and stored. Blocking: call it off the runtime.
-    pub fn load_or_compile(
+    pub(crate) fn load_or_compile(
         &self,
         engine: &Engine,
         content: &str,

@@ -8,8 +8,8 @@ use std::time::Instant;
 use wasmtime::component::{Resource, ResourceTable};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
 
-use super::StepError;
 use super::bindings::leasehold::job::{leadership, log as guest_log, store, types};
+use super::error::StepError;
 use super::sandbox::{GuestOutput, JobLimiter};
 use crate::fence::{self, Refusal, TermWriteError};
 use crate::keys::JobKeys;
@@ -25,10 +25,6 @@ pub const KEY_MAX: usize = 256;
 
 /// Everything a step's host imports need. Absent while `describe()` runs.
 pub struct StepContext {
-    /// Job name (log field).
-    pub job: String,
-    /// Node id (log field).
-    pub node: String,
     /// The job's keys.
     pub keys: JobKeys,
     /// The term the step runs in.
@@ -180,7 +176,8 @@ impl store::Host for HostState {
         }
         let ctx = self.step()?;
         let writes = [(ctx.keys.data(&key), value.as_slice())];
-        let res = fence::write_in_term(&mut ctx.conn, &ctx.keys, &ctx.term, &writes, &[]).await;
+        let write = fence::TermWrite::new(&writes, &[]);
+        let res = fence::write_in_term(&mut ctx.conn, &ctx.keys, &ctx.term, write).await;
         Ok(self.write_result(res))
     }
 
@@ -227,15 +224,12 @@ impl guest_log::Host for HostState {
         }
         self.log_lines += 1;
         let message = crate::logging::clip(message, LOG_LINE_MAX);
-        let (job, node, token) = match &self.step {
-            Some(s) => (s.job.as_str(), s.node.as_str(), s.term.token()),
-            None => ("?", "?", 0),
-        };
+        // The job, node and term come from the runner's spans (see crate::logging).
         match level {
-            guest_log::Level::Debug => tracing::debug!(job, node, token, guest = true, "{message}"),
-            guest_log::Level::Info => tracing::info!(job, node, token, guest = true, "{message}"),
-            guest_log::Level::Warn => tracing::warn!(job, node, token, guest = true, "{message}"),
-            guest_log::Level::Error => tracing::error!(job, node, token, guest = true, "{message}"),
+            guest_log::Level::Debug => tracing::debug!(guest = true, "{message}"),
+            guest_log::Level::Info => tracing::info!(guest = true, "{message}"),
+            guest_log::Level::Warn => tracing::warn!(guest = true, "{message}"),
+            guest_log::Level::Error => tracing::error!(guest = true, "{message}"),
         }
         Ok(())
     }

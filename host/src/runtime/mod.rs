@@ -30,10 +30,11 @@
 //! [`JobLimiter`]: sandbox::JobLimiter
 //! [`Term::still_leader`]: crate::term::Term::still_leader
 
-pub mod cache;
+pub(crate) mod cache;
+mod error;
 mod imports;
 mod load;
-pub mod sandbox;
+pub(crate) mod sandbox;
 mod step;
 
 use std::path::Path;
@@ -48,9 +49,9 @@ use crate::spec::HostLimits;
 use cache::CodeCache;
 
 pub use bindings::leasehold::job::types::{JobError, RunInfo, StepOutcome};
+pub use error::StepError;
 pub use imports::{HostState, KEY_MAX, StepContext, validate_key};
 pub use load::{LoadError, LoadedJob, sidecar_of};
-pub use step::StepError;
 
 /// Generated bindings for the `job` world.
 #[allow(missing_docs)] // generated from wit/job.wit, whose `///` docs it carries

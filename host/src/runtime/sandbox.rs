@@ -9,14 +9,14 @@ use wasmtime::ResourceLimiter;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 
 /// Most elements any one table may grow to.
-pub const TABLE_ELEMENTS: usize = 1 << 20;
+pub(crate) const TABLE_ELEMENTS: usize = 1 << 20;
 /// Most instances, tables and memories one step may create.
 const COUNT: usize = 16;
 
 /// Limits one store: the *sum* of all linear memories stays within the job's memory limit (a
 /// per-memory limit would let a component with many memories multiply it), tables stay below
 /// [`TABLE_ELEMENTS`], and a refused grow traps with a message naming the limit.
-pub struct JobLimiter {
+pub(crate) struct JobLimiter {
     max_memory: usize,
     memory: usize,
     /// A memory grow was refused: the trap that follows is the memory limit's.
@@ -25,7 +25,7 @@ pub struct JobLimiter {
 
 impl JobLimiter {
     /// A limiter for `max_memory` bytes of linear memory in total.
-    pub fn new(max_memory: u64) -> Self {
+    pub(crate) fn new(max_memory: u64) -> Self {
         JobLimiter {
             max_memory: usize::try_from(max_memory).unwrap_or(usize::MAX),
             memory: 0,
@@ -83,14 +83,14 @@ impl ResourceLimiter for JobLimiter {
 /// A guest's stderr: keeps the first `capacity` bytes and counts the rest, and never refuses a
 /// write (a refused write would make Rust's `eprintln!` panic and fail the step).
 #[derive(Clone)]
-pub struct GuestOutput {
+pub(crate) struct GuestOutput {
     inner: Arc<Mutex<(Vec<u8>, usize)>>,
     capacity: usize,
 }
 
 impl GuestOutput {
     /// An empty output keeping at most `capacity` bytes.
-    pub fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         GuestOutput {
             inner: Arc::default(),
             capacity,
@@ -98,7 +98,7 @@ impl GuestOutput {
     }
 
     /// What was kept, and how many bytes were dropped.
-    pub fn take(&self) -> (Vec<u8>, usize) {
+    pub(crate) fn take(&self) -> (Vec<u8>, usize) {
         std::mem::take(&mut *self.inner.lock().unwrap())
     }
 }

@@ -5,37 +5,11 @@ use std::time::Instant;
 
 use tracing::{Level, debug, warn};
 
+use super::error::StepError;
 use super::imports::STDERR_CAPACITY;
 use super::{
     EPOCH_TICK, HostState, JobError, LoadedJob, RunInfo, Runtime, StepContext, StepOutcome,
 };
-
-/// What ended a step that did not return normally.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StepError {
-    /// The guest returned `job-error.failed`.
-    #[error("job failed: {0}")]
-    Failed(String),
-    /// The guest returned `job-error.not-ready`.
-    #[error("inputs not ready: {0}")]
-    NotReady(String),
-    /// The term ended (deadline, lost lease, or a refused write) before or during the step.
-    #[error("leadership lost{}", .0.as_ref().map(|r| format!(" ({r})")).unwrap_or_default())]
-    LostLeadership(Option<String>),
-    /// The step ran longer than the job's step time limit.
-    #[error("step exceeded its time limit of {0}")]
-    Timeout(String),
-    /// The guest trapped (panic, unreachable, stack overflow, table limit, ...).
-    #[error("guest trapped: {0}")]
-    Trap(String),
-    /// The guest tried to grow its memory past the job's memory limit.
-    #[error("memory limit exceeded: {0}")]
-    MemoryLimit(String),
-    /// The host could not run the step (e.g. the data directory could not be opened). Not the
-    /// job's fault: the run is retried, not failed.
-    #[error("host could not run the step: {0}")]
-    Host(String),
-}
 
 impl Runtime {
     /// Runs one step of `job` in a fresh store. Never panics on guest misbehaviour: every way a
@@ -49,7 +23,6 @@ impl Runtime {
         state: Option<&[u8]>,
     ) -> Result<StepOutcome, StepError> {
         let term = ctx.term.clone();
-        let (job_name, node) = (ctx.job.clone(), ctx.node.clone());
         let limits = job.spec.limits;
         let (host_state, stderr) = HostState::new(&limits, self.host_limits.log_lines, Some(ctx))
             .map_err(|e| StepError::Host(format!("{e:#}")))?;
@@ -91,19 +64,25 @@ impl Runtime {
             None => Err(StepError::Timeout(crate::config::show(limits.step_time))),
         };
         if data.log_dropped > 0 {
-            warn!(job = %job_name, node = %node, token = term.token(), dropped = data.log_dropped, "guest log lines dropped (more than {} in one step)", self.host_limits.log_lines);
+            warn!(
+                dropped = data.log_dropped,
+                "guest log lines dropped (more than {} in one step)", self.host_limits.log_lines
+            );
         }
         let (err_bytes, err_dropped) = stderr.take();
         for line in String::from_utf8_lossy(&err_bytes)
             .lines()
             .filter(|l| !l.trim().is_empty())
         {
-            tracing::event!(Level::WARN, job = %job_name, node = %node, token = term.token(), stderr = true, "guest: {line}");
+            tracing::event!(Level::WARN, stderr = true, "guest: {line}");
         }
         if err_dropped > 0 {
-            warn!(job = %job_name, node = %node, token = term.token(), dropped = err_dropped, "guest stderr cut: more than {STDERR_CAPACITY} bytes in one step");
+            warn!(
+                dropped = err_dropped,
+                "guest stderr cut: more than {STDERR_CAPACITY} bytes in one step"
+            );
         }
-        debug!(job = %job_name, node = %node, token = term.token(), step, "step finished");
+        debug!(step, "step finished");
         outcome
     }
 }

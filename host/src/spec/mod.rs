@@ -186,20 +186,20 @@ impl fmt::Display for JobSpec {
         writeln!(
             f,
             "memory:     {}",
-            crate::config::show_size(self.limits.memory)
+            crate::units::show_size(self.limits.memory)
         )?;
         writeln!(
             f,
             "step time:  {}",
-            crate::config::show(self.limits.step_time)
+            crate::units::show(self.limits.step_time)
         )?;
         writeln!(
             f,
             "write size: {}",
-            crate::config::show_size(self.limits.write_bytes)
+            crate::units::show_size(self.limits.write_bytes)
         )?;
         let p = &self.policies;
-        let show = crate::config::show;
+        let show = crate::units::show;
         writeln!(
             f,
             "catch-up:   {} (window {})",

@@ -84,7 +84,7 @@ impl Policies {
             overlap: raw.overlap,
             max_run_time: (!raw.max_run_time.is_zero()).then_some(raw.max_run_time),
         };
-        let show = crate::config::show;
+        let show = crate::units::show;
         if p.retry_attempts > 100 {
             return Err(SpecError::field(
                 SpecField::RetryAttempts,

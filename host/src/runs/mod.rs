@@ -18,9 +18,14 @@
 //! newest period a leader has accounted for (given a record); it is written through the fence
 //! with those records, so no period is accounted twice or skipped without a record.
 
-use redis::AsyncCommands;
+mod requests;
+mod state;
+
 use redis::aio::ConnectionLike;
+
+pub use requests::{Request, Seen, Triggered, request, trigger, validate_period_shape};
 use serde::{Deserialize, Serialize};
+pub use state::{JobState, set_paused, state};
 
 use crate::keys::JobKeys;
 
@@ -43,6 +48,10 @@ pub enum RunStatus {
     Missed,
     /// The period fired while an earlier run was open and the overlap policy is `skip`.
     Skipped,
+    /// Shown in the run history only: the period's record could not be read. It is kept
+    /// aside at `lh:{job}:corrupt:<period>` (or still at its place, until a leader moves it),
+    /// and `error` says how large it is and why it does not parse. It blocks nothing.
+    Corrupt,
 }
 
 impl RunStatus {
@@ -51,7 +60,11 @@ impl RunStatus {
     pub fn is_final(self) -> bool {
         matches!(
             self,
-            RunStatus::Done | RunStatus::Failed | RunStatus::Missed | RunStatus::Skipped
+            RunStatus::Done
+                | RunStatus::Failed
+                | RunStatus::Missed
+                | RunStatus::Skipped
+                | RunStatus::Corrupt
         )
     }
 
@@ -65,6 +78,7 @@ impl RunStatus {
             RunStatus::Failed => "failed",
             RunStatus::Missed => "missed",
             RunStatus::Skipped => "skipped",
+            RunStatus::Corrupt => "corrupt",
         }
     }
 }
@@ -209,179 +223,24 @@ pub async fn read_checkpoint<C: ConnectionLike>(
         .await
 }
 
-/// What a trigger did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Triggered {
-    /// A run of the period was requested.
-    Requested,
-    /// A run was already requested and not yet taken up.
-    AlreadyRequested,
-    /// The period is done; it is never run again.
-    AlreadyDone(Box<RunRecord>),
-    /// The period's run is open (pending, running, waiting); it goes on (the request makes sure
-    /// the leader looks at it).
-    AlreadyOpen(Box<RunRecord>),
-    /// The period had failed, been missed or skipped: a new attempt was requested.
-    Rerun(Box<RunRecord>),
-}
-
-impl Triggered {
-    /// One line for people.
-    pub fn describe(&self, job: &str, period: &str) -> String {
-        match self {
-            Triggered::Requested => format!("requested a run of {job} for period {period}"),
-            Triggered::AlreadyRequested => {
-                format!("a run of {job} for period {period} was already requested")
-            }
-            Triggered::AlreadyDone(r) => format!(
-                "{job} period {period} is already done (token {}, node {}); not run again",
-                r.token, r.node
-            ),
-            Triggered::AlreadyOpen(r) => format!(
-                "{job} period {period} is already {} (step {}, attempt {}); the leader carries it on",
-                r.status.as_str(),
-                r.step,
-                r.attempt
-            ),
-            Triggered::Rerun(r) => format!(
-                "requested a new run of {job} for period {period}, which was {}{}",
-                r.status.as_str(),
-                r.error
-                    .as_ref()
-                    .map(|e| format!(" ({e})"))
-                    .unwrap_or_default()
-            ),
-        }
-    }
-
-    /// A short status word for the HTTP API.
-    pub fn word(&self) -> &'static str {
-        match self {
-            Triggered::Requested => "requested",
-            Triggered::AlreadyRequested => "already-requested",
-            Triggered::AlreadyDone(_) => "already-done",
-            Triggered::AlreadyOpen(_) => "already-open",
-            Triggered::Rerun(_) => "rerun-requested",
-        }
-    }
-}
-
-/// Asks for a run of `period` now (CLI and HTTP), deduplicated with the schedule: a done
-/// period is never run again, an open run is left alone, and a failed, missed or skipped
-/// period gets a new attempt. The caller validates the period against the schedule when it
-/// knows it.
-pub async fn trigger<C: ConnectionLike + Send + Sync>(
-    conn: &mut C,
-    keys: &JobKeys,
-    period: &str,
-) -> anyhow::Result<Triggered> {
-    let existing = read(conn, keys, period).await?;
-    Ok(match existing {
-        Some(r) if r.status == RunStatus::Done => Triggered::AlreadyDone(Box::new(r)),
-        Some(r) if !r.status.is_final() => {
-            // Also a request: the leader finds the run even if its open mark was lost.
-            request(conn, keys, period).await?;
-            Triggered::AlreadyOpen(Box::new(r))
-        }
-        Some(r) => {
-            request(conn, keys, period).await?;
-            Triggered::Rerun(Box::new(r))
-        }
-        None if request(conn, keys, period).await? => Triggered::Requested,
-        None => Triggered::AlreadyRequested,
-    })
-}
-
-/// Checks the shape of a period id (`YYYY-MM-DD` or `YYYY-MM-DDTHH:MM:SS`).
-pub fn validate_period_shape(period: &str) -> anyhow::Result<()> {
-    let ok = chrono::NaiveDate::parse_from_str(period, "%Y-%m-%d").is_ok()
-        || chrono::NaiveDateTime::parse_from_str(period, "%Y-%m-%dT%H:%M:%S").is_ok();
-    anyhow::ensure!(
-        ok,
-        "period {period:?} is not a period id (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS)"
-    );
-    Ok(())
-}
-
-/// Asks for a run of `period`. Returns false if it was already requested and not yet taken up.
-pub async fn request<C: ConnectionLike + Send + Sync>(
-    conn: &mut C,
-    keys: &JobKeys,
-    period: &str,
-) -> redis::RedisResult<bool> {
-    let added: i64 = conn.sadd(keys.requests(), period).await?;
-    Ok(added == 1)
-}
-
-/// What a leader reads every round, in one round trip.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct JobState {
-    /// Periods requested by operators and not yet taken up.
-    pub requested: Vec<String>,
-    /// Periods whose run is open (`pending`, `running` or `waiting`).
-    pub open: Vec<String>,
-    /// Why the job is paused (who and when), if it is.
-    pub paused: Option<String>,
-    /// The start instant of the newest period accounted for (RFC 3339; older versions wrote a
-    /// wall-clock time).
-    pub cursor: Option<String>,
-}
-
-/// Reads the job's [`JobState`] in one round trip.
-pub async fn state<C: ConnectionLike + Send + Sync>(
-    conn: &mut C,
-    keys: &JobKeys,
-) -> redis::RedisResult<JobState> {
-    let (requested, open, paused, cursor) = redis::pipe()
-        .smembers(keys.requests())
-        .smembers(keys.open_runs())
-        .get(keys.paused())
-        .get(keys.cursor())
-        .query_async(conn)
-        .await?;
-    Ok(JobState {
-        requested,
-        open,
-        paused,
-        cursor,
-    })
-}
-
-/// Pauses the job (`reason` says who and when) or resumes it (`None`). Operator actions, like
-/// requests, are not fenced: they are inputs to the leader, not results.
-pub async fn set_paused<C: ConnectionLike + Send + Sync>(
-    conn: &mut C,
-    keys: &JobKeys,
-    reason: Option<&str>,
-) -> redis::RedisResult<()> {
-    match reason {
-        Some(r) => conn.set(keys.paused(), r).await,
-        None => conn.del(keys.paused()).await,
-    }
-}
-
-/// Every run record of the job, newest period first (one `SCAN` of the job's run keys).
+/// Every run record of the job, newest period first (a `SCAN` of the job's run keys and of the
+/// corrupt records kept aside). A record that does not parse is listed as
+/// [`RunStatus::Corrupt`] with its size, never an error: one bad record must not hide the
+/// others.
 pub async fn history<C: ConnectionLike + Send + Sync>(
     conn: &mut C,
     keys: &JobKeys,
     limit: usize,
 ) -> Result<Vec<RunRecord>, RecordError> {
-    let mut names: Vec<String> = Vec::new();
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(keys.run_pattern())
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(conn)
-            .await?;
-        names.extend(batch);
-        if next == 0 {
-            break;
+    let mut names: Vec<(String, String)> = Vec::new();
+    for (pattern, prefix) in [
+        (keys.run_pattern(), keys.run("")),
+        (keys.corrupt_pattern(), keys.corrupt("")),
+    ] {
+        for name in scan(conn, &pattern).await? {
+            let period = name[prefix.len()..].to_string();
+            names.push((period, name));
         }
-        cursor = next;
     }
     names.sort();
     names.dedup();
@@ -389,44 +248,65 @@ pub async fn history<C: ConnectionLike + Send + Sync>(
     names.truncate(limit);
     let mut out = Vec::with_capacity(names.len());
     for chunk in names.chunks(500) {
-        let raws: Vec<Option<String>> = redis::cmd("MGET").arg(chunk).query_async(conn).await?;
-        for (name, raw) in chunk.iter().zip(raws) {
-            if let Some(raw) = raw {
-                out.push(
-                    serde_json::from_str(&raw).map_err(|source| RecordError::Corrupt {
-                        key: name.clone(),
-                        source,
-                    })?,
-                );
-            }
+        let keys: Vec<&String> = chunk.iter().map(|(_, k)| k).collect();
+        let raws: Vec<Option<Vec<u8>>> = redis::cmd("MGET").arg(&keys).query_async(conn).await?;
+        for ((period, name), raw) in chunk.iter().zip(raws) {
+            let Some(raw) = raw else { continue };
+            let parsed =
+                (!name.contains(":corrupt:")).then(|| serde_json::from_slice::<RunRecord>(&raw));
+            out.push(match parsed {
+                Some(Ok(r)) => r,
+                Some(Err(e)) => corrupt_entry(period, name, raw.len(), &e.to_string()),
+                None => corrupt_entry(period, name, raw.len(), "moved aside by a leader"),
+            });
         }
     }
     Ok(out)
 }
 
-/// Notes that `period`'s run is open (`open == true`) or finished. The index only tells a
-/// leader which records to look at; the records themselves decide, so a stale entry costs one
-/// read and is then removed.
-pub async fn mark_open<C: ConnectionLike + Send + Sync>(
-    conn: &mut C,
-    keys: &JobKeys,
-    period: &str,
-    open: bool,
-) -> redis::RedisResult<()> {
-    let _: i64 = if open {
-        conn.sadd(keys.open_runs(), period).await?
-    } else {
-        conn.srem(keys.open_runs(), period).await?
-    };
-    Ok(())
+/// The history's entry for an unreadable record of `period` at `key`.
+fn corrupt_entry(period: &str, key: &str, size: usize, why: &str) -> RunRecord {
+    RunRecord {
+        period: period.to_string(),
+        scheduled_at: String::new(),
+        status: RunStatus::Corrupt,
+        step: 0,
+        attempt: 0,
+        token: 0,
+        node: String::new(),
+        component: String::new(),
+        started_at: String::new(),
+        updated_at: String::new(),
+        finished_at: None,
+        error: Some(format!(
+            "the run record is not valid ({size} bytes at {key}): {why}"
+        )),
+        failure: None,
+        retry_at: None,
+        attempts: Vec::new(),
+    }
 }
 
-/// Marks a request as taken up.
-pub async fn clear_request<C: ConnectionLike + Send + Sync>(
+/// Every key matching `pattern` (`SCAN`).
+async fn scan<C: ConnectionLike + Send + Sync>(
     conn: &mut C,
-    keys: &JobKeys,
-    period: &str,
-) -> redis::RedisResult<()> {
-    let _: i64 = conn.srem(keys.requests(), period).await?;
-    Ok(())
+    pattern: &str,
+) -> redis::RedisResult<Vec<String>> {
+    let mut names = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await?;
+        names.extend(batch);
+        if next == 0 {
+            return Ok(names);
+        }
+        cursor = next;
+    }
 }

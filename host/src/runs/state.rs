@@ -1,0 +1,61 @@
+//! What a leader reads every round ([`JobState`], one round trip), and the pause flag
+//! operators set.
+
+use std::collections::BTreeMap;
+
+use redis::AsyncCommands;
+use redis::aio::ConnectionLike;
+
+use super::requests::Request;
+use crate::keys::JobKeys;
+
+/// What a leader reads every round, in one round trip.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobState {
+    /// Operator requests not yet cleared, by period.
+    pub requested: BTreeMap<String, Request>,
+    /// Periods whose run is open (`pending`, `running` or `waiting`).
+    pub open: Vec<String>,
+    /// Why the job is paused (who and when), if it is.
+    pub paused: Option<String>,
+    /// The start instant of the newest period accounted for (RFC 3339; older versions wrote a
+    /// wall-clock time).
+    pub cursor: Option<String>,
+}
+
+/// Reads the job's [`JobState`] in one round trip.
+pub async fn state<C: ConnectionLike + Send + Sync>(
+    conn: &mut C,
+    keys: &JobKeys,
+) -> redis::RedisResult<JobState> {
+    let (requested, open, paused, cursor): (BTreeMap<String, String>, _, _, _) = redis::pipe()
+        .hgetall(keys.requests())
+        .smembers(keys.open_runs())
+        .get(keys.paused())
+        .get(keys.cursor())
+        .query_async(conn)
+        .await?;
+    Ok(JobState {
+        requested: requested
+            .into_iter()
+            .map(|(period, v)| (period, Request::decode(&v)))
+            .collect(),
+        open,
+        paused,
+        cursor,
+    })
+}
+
+/// Pauses the job (`reason` says who and when) or resumes it (`None`). Operator actions, like
+/// requests, are not fenced: they are inputs to the leader, not results, and no leader writes
+/// the flag.
+pub async fn set_paused<C: ConnectionLike + Send + Sync>(
+    conn: &mut C,
+    keys: &JobKeys,
+    reason: Option<&str>,
+) -> redis::RedisResult<()> {
+    match reason {
+        Some(r) => conn.set(keys.paused(), r).await,
+        None => conn.del(keys.paused()).await,
+    }
+}
