@@ -30,19 +30,64 @@ pub use timing::Timing;
 
 use crate::spec::HostLimits;
 
-/// One violated rule: the setting it is about (its flag name without `--`) and a message
-/// naming the values that break it.
+/// A setting of `leasehold run` that a rule is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Setting {
+    /// `--lease-ttl`.
+    LeaseTtl,
+    /// `--heartbeat`.
+    Heartbeat,
+    /// `--lease-margin`.
+    LeaseMargin,
+    /// `--redis-timeout`.
+    RedisTimeout,
+    /// `--node-id`.
+    NodeId,
+    /// `--max-memory`.
+    MaxMemory,
+    /// `--max-step-time`.
+    MaxStepTime,
+    /// `--max-write-size`.
+    MaxWriteSize,
+    /// `--max-component-size`.
+    MaxComponentSize,
+    /// `--cache-dir`.
+    CacheDir,
+    /// `--http-token`.
+    HttpToken,
+}
+
+impl Setting {
+    /// The flag's name without `--` (also the start of its environment variable's meaning).
+    pub fn flag(self) -> &'static str {
+        match self {
+            Setting::LeaseTtl => "lease-ttl",
+            Setting::Heartbeat => "heartbeat",
+            Setting::LeaseMargin => "lease-margin",
+            Setting::RedisTimeout => "redis-timeout",
+            Setting::NodeId => "node-id",
+            Setting::MaxMemory => "max-memory",
+            Setting::MaxStepTime => "max-step-time",
+            Setting::MaxWriteSize => "max-write-size",
+            Setting::MaxComponentSize => "max-component-size",
+            Setting::CacheDir => "cache-dir",
+            Setting::HttpToken => "http-token",
+        }
+    }
+}
+
+/// One violated rule: the setting it is about and a message naming the values that break it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
-    /// The setting, e.g. `heartbeat`, `node-id`, `max-memory`.
-    pub setting: &'static str,
+    /// The setting.
+    pub setting: Setting,
     /// The rule and the values that break it.
     pub message: String,
 }
 
 impl Violation {
     /// A violation of `setting`'s rule.
-    pub fn new(setting: &'static str, message: String) -> Self {
+    pub fn new(setting: Setting, message: String) -> Self {
         Violation { setting, message }
     }
 }
@@ -101,7 +146,7 @@ impl RawLimits {
     fn check(&self, bad: &mut Vec<Violation>) {
         if self.max_memory < 1 << 20 {
             bad.push(Violation::new(
-                "max-memory",
+                Setting::MaxMemory,
                 format!(
                     "max-memory ({}) must be at least 1 MiB: no component starts in less",
                     show_size(self.max_memory)
@@ -110,7 +155,7 @@ impl RawLimits {
         }
         if self.max_step_time < Duration::from_millis(100) {
             bad.push(Violation::new(
-                "max-step-time",
+                Setting::MaxStepTime,
                 format!(
                     "max-step-time ({}) must be at least 100ms",
                     show(self.max_step_time)
@@ -119,7 +164,7 @@ impl RawLimits {
         }
         if self.max_write_size < 1 << 10 {
             bad.push(Violation::new(
-                "max-write-size",
+                Setting::MaxWriteSize,
                 format!(
                     "max-write-size ({}) must be at least 1 KiB",
                     show_size(self.max_write_size)
@@ -128,7 +173,7 @@ impl RawLimits {
         }
         if self.max_component_size < 64 << 10 {
             bad.push(Violation::new(
-                "max-component-size",
+                Setting::MaxComponentSize,
                 format!(
                     "max-component-size ({}) must be at least 64 KiB",
                     show_size(self.max_component_size)
@@ -219,7 +264,7 @@ impl NodeConfig {
             && absolute(cache).starts_with(absolute(&raw.jobs_dir))
         {
             bad.push(Violation::new(
-                "cache-dir",
+                Setting::CacheDir,
                 format!(
                     "cache-dir {} must not be inside jobs-dir {}: whoever can drop a job there could plant compiled code",
                     cache.display(),
@@ -229,7 +274,7 @@ impl NodeConfig {
         }
         if raw.http_token.as_deref() == Some("") {
             bad.push(Violation::new(
-                "http-token",
+                Setting::HttpToken,
                 "http-token is empty: set a token or leave it unset".into(),
             ));
         }
@@ -263,7 +308,7 @@ pub fn validate_node_id(id: &str) -> Result<(), Violation> {
         Ok(())
     } else {
         Err(Violation::new(
-            "node-id",
+            Setting::NodeId,
             format!("node-id must be 1 to 64 characters from A-Z a-z 0-9 . _ - (node-id {id:?})"),
         ))
     }
@@ -335,15 +380,15 @@ mod tests {
         r.cache_dir = Some("/srv/jobs/.cache".into());
         r.http_token = Some(String::new());
         let e = NodeConfig::from_raw(r).unwrap_err();
-        let settings: Vec<&str> = e.violations.iter().map(|v| v.setting).collect();
+        let settings: Vec<Setting> = e.violations.iter().map(|v| v.setting).collect();
         assert_eq!(
             settings,
             vec![
-                "node-id",
-                "heartbeat",
-                "max-memory",
-                "cache-dir",
-                "http-token"
+                Setting::NodeId,
+                Setting::Heartbeat,
+                Setting::MaxMemory,
+                Setting::CacheDir,
+                Setting::HttpToken
             ],
             "{e}"
         );
@@ -362,7 +407,10 @@ mod tests {
     fn node_ids_are_checked() {
         assert!(validate_node_id("node-a.1_x").is_ok());
         assert!(validate_node_id("").is_err());
-        assert_eq!(validate_node_id("a:b").unwrap_err().setting, "node-id");
+        assert_eq!(
+            validate_node_id("a:b").unwrap_err().setting,
+            Setting::NodeId
+        );
         assert!(validate_node_id(&"x".repeat(65)).is_err());
     }
 }

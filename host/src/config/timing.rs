@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use super::{ConfigError, Violation, show};
+use super::{ConfigError, Setting, Violation, show};
 
 /// Timings of the lease protocol. Build with [`Timing::new`], which derives the defaults for
 /// `margin` and `redis_timeout` and validates everything.
@@ -62,18 +62,18 @@ impl Timing {
         let mut v: Vec<Violation> = Vec::new();
         if ttl < Duration::from_millis(100) {
             v.push(Violation::new(
-                "lease-ttl",
+                Setting::LeaseTtl,
                 format!("lease-ttl must be at least 100ms (lease-ttl {})", show(ttl)),
             ));
         }
         if hb.is_zero() {
             v.push(Violation::new(
-                "heartbeat",
+                Setting::Heartbeat,
                 "heartbeat must be greater than zero (heartbeat 0s)".to_string(),
             ));
         }
         if hb * 3 >= ttl {
-            v.push(Violation::new("heartbeat", format!(
+            v.push(Violation::new(Setting::Heartbeat, format!(
                 "heartbeat × 3 must be less than lease-ttl (heartbeat {} × 3 = {}, lease-ttl {})",
                 show(hb),
                 show(hb * 3),
@@ -81,21 +81,21 @@ impl Timing {
             )));
         }
         if rt.is_zero() || rt >= hb {
-            v.push(Violation::new("redis-timeout", format!(
+            v.push(Violation::new(Setting::RedisTimeout, format!(
                 "redis-timeout must be greater than zero and less than heartbeat (redis-timeout {}, heartbeat {})",
                 show(rt),
                 show(hb)
             )));
         }
         if margin.is_zero() || margin * 2 >= ttl {
-            v.push(Violation::new("lease-margin", format!(
+            v.push(Violation::new(Setting::LeaseMargin, format!(
                 "lease-margin must be greater than zero and less than lease-ttl / 2 (lease-margin {}, lease-ttl {})",
                 show(margin),
                 show(ttl)
             )));
         }
         if hb + rt >= ttl.saturating_sub(margin) {
-            v.push(Violation::new("redis-timeout", format!(
+            v.push(Violation::new(Setting::RedisTimeout, format!(
                 "heartbeat + redis-timeout must be less than lease-ttl − lease-margin (heartbeat {} + redis-timeout {} = {}, lease-ttl {} − lease-margin {} = {})",
                 show(hb),
                 show(rt),

@@ -258,12 +258,19 @@ mod tests {
             limits: none,
             ..RawSpec::default()
         };
+        let field = |e: &SpecError| match e {
+            SpecError::Field { field, .. } => Some(*field),
+            SpecError::Sidecar { .. } => None,
+        };
         let e = JobSpec::new(&raw("Recon", "0 0 2 * * *", "UTC"), &host).unwrap_err();
         assert!(e.to_string().contains("name must be"), "{e}");
+        assert_eq!(field(&e), Some(SpecField::Name));
         let e = JobSpec::new(&raw("recon", "every day", "UTC"), &host).unwrap_err();
         assert!(e.to_string().contains("schedule \"every day\""), "{e}");
+        assert_eq!(field(&e), Some(SpecField::Schedule));
         let e = JobSpec::new(&raw("recon", "0 0 2 * * *", "Mars/Olympus"), &host).unwrap_err();
         assert!(e.to_string().contains("time-zone \"Mars/Olympus\""), "{e}");
+        assert_eq!(field(&e), Some(SpecField::TimeZone));
         let mut bad = raw("recon", "0 0 2 * * *", "UTC");
         bad.retry_attempts = 1000;
         let e = JobSpec::new(&bad, &host).unwrap_err();
