@@ -34,7 +34,7 @@ pub use self::http::{http, http_with};
 pub use self::process::{HostProcess, output_within};
 pub use self::redis::{RedisConfig, RedisServer};
 pub use self::temp::TempDir;
-pub use self::wait::{deadline, wait_for};
+pub use self::wait::{TimedOut, deadline, poll_until, wait_for};
 
 /// The repository root (the directory holding `harness/`, `host/` and `guest-jobs/`).
 pub fn repo_root() -> PathBuf {

@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The message of the line a host logs once its HTTP API listens; its `addr` field is the
 /// bound address.
@@ -131,19 +131,11 @@ impl HostProcess {
         limit: Duration,
         mut pick: impl FnMut(&str) -> Option<T>,
     ) -> T {
-        let start = Instant::now();
-        loop {
-            if let Some(found) = self.log().iter().find_map(|l| pick(l)) {
-                return found;
-            }
-            if start.elapsed() > limit {
-                panic!(
-                    "timed out after {limit:?} waiting for {what}; log:\n{}",
-                    self.log().join("\n")
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let found = crate::wait::poll_until(what, limit, Duration::from_millis(20), || {
+            std::future::ready(self.log().iter().find_map(|l| pick(l)))
+        })
+        .await;
+        found.unwrap_or_else(|e| panic!("{e}; log:\n{}", self.log().join("\n")))
     }
 
     /// Sends signal `sig` (as `kill` spells it: `-STOP`, `-TERM`, …) to the process.
@@ -184,25 +176,32 @@ impl HostProcess {
     /// Sends SIGTERM and waits (up to `limit`) for the process to exit; returns its success.
     /// Panics with the log if it does not exit in time.
     pub async fn terminate(&mut self, limit: Duration) -> bool {
-        let _ = self.signal("-TERM");
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status.success();
-            }
-            if start.elapsed() > limit {
-                panic!(
-                    "leasehold did not exit within {limit:?} after SIGTERM; log:\n{}",
-                    self.log().join("\n")
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        match self.stop(limit).await {
+            Some(status) => status.success(),
+            None => panic!(
+                "leasehold did not exit within {limit:?} after SIGTERM; log:\n{}",
+                self.log().join("\n")
+            ),
         }
     }
 
-    /// Waits (blocking, without a limit) for the process to exit.
-    pub fn wait(&mut self) -> std::io::Result<ExitStatus> {
-        self.child.wait()
+    /// Sends SIGTERM and waits (up to `limit`) for the process to exit: its exit status, or
+    /// `None` when it had to be killed (SIGKILL) after the limit.
+    pub async fn stop(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let _ = self.signal("-TERM");
+        let child = &mut self.child;
+        let exited = crate::wait::poll_until("exit", limit, Duration::from_millis(20), || {
+            std::future::ready(child.try_wait().ok().flatten())
+        })
+        .await;
+        match exited {
+            Ok(status) => Some(status),
+            Err(_) => {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                None
+            }
+        }
     }
 }
 

@@ -21,7 +21,7 @@ use leasehold::runtime::{RunInfo, Runtime, StepContext, StepOutcome};
 use leasehold::spec::HostLimits;
 use leasehold::term::Term;
 use leasehold_harness::guests::Profile;
-use leasehold_harness::{HostProcess, RedisServer, TempDir, fixtures};
+use leasehold_harness::{HostProcess, RedisServer, TempDir, fixtures, poll_until};
 use redis::AsyncCommands;
 
 /// The `leasehold` binary built with this benchmark (the release profile under `cargo bench`).
@@ -127,14 +127,12 @@ fn timestamp(line: &str) -> SystemTime {
 }
 
 async fn wait<T, F: FnMut() -> Option<T>>(what: &str, limit: Duration, mut f: F) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    // Polled every 2 ms: the benchmarks time what they wait for.
+    poll_until(what, limit, Duration::from_millis(2), || {
+        std::future::ready(f())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Three replicas of the `pulse` job (a run that never ends, one 5 ms step after another).

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow, bail};
 use leasehold_harness::fixtures::{self, Totals};
-use leasehold_harness::{HostProcess, RedisConfig, RedisServer, TempDir};
+use leasehold_harness::{HostProcess, RedisConfig, RedisServer, TempDir, poll_until};
 use redis::AsyncCommands;
 use serde_json::Value;
 
@@ -94,16 +94,11 @@ impl Demo {
         what: &str,
         mut probe: impl FnMut(&Self) -> Option<T>,
     ) -> anyhow::Result<T> {
-        let start = Instant::now();
-        loop {
-            if let Some(v) = probe(self) {
-                return Ok(v);
-            }
-            if start.elapsed() > WAIT {
-                bail!("timed out after {}s waiting for {what}", WAIT.as_secs());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let found = poll_until(what, WAIT, Duration::from_millis(20), || {
+            std::future::ready(probe(self))
+        })
+        .await?;
+        Ok(found)
     }
 
     fn leader(&self, except: Option<usize>) -> Option<(usize, u64, String)> {
@@ -304,7 +299,7 @@ pub(crate) async fn run(opts: DemoOptions) -> anyhow::Result<()> {
         let _ = r.host.signal("-TERM");
     }
     for r in &mut demo.replicas {
-        let _ = r.host.wait();
+        r.host.stop(WAIT).await;
     }
     Ok(())
 }

@@ -4,6 +4,14 @@
 
 use crate::harness::run_leasehold;
 
+/// A TCP port this test owns and on which nothing answers: a listener that never accepts, held
+/// for as long as the returned value lives. A Redis URL with it reaches no Redis.
+fn silent_port() -> (std::net::TcpListener, String) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://{}", l.local_addr().unwrap());
+    (l, url)
+}
+
 /// Runs `leasehold <args>` (30 s deadline): exit code and stderr.
 fn run(args: &[&str]) -> (i32, String) {
     let out = run_leasehold(args);
@@ -16,10 +24,11 @@ fn run(args: &[&str]) -> (i32, String) {
 #[test]
 fn each_timing_violation_is_reported_with_its_values() {
     // Redis URL points nowhere: validation must fail before any connection attempt.
+    let (_held, url) = silent_port();
     let (code, err) = run(&[
         "run",
         "--redis-url",
-        "redis://127.0.0.1:1",
+        &url,
         "--node-id",
         "n1",
         "--lease-ttl",
@@ -51,10 +60,11 @@ fn a_bad_duration_or_node_id_is_a_clear_error() {
 
 #[test]
 fn an_unreachable_redis_is_named() {
+    let (_held, url) = silent_port();
     let (code, err) = run(&[
         "run",
         "--redis-url",
-        "redis://127.0.0.1:1",
+        &url,
         "--node-id",
         "n1",
         "--lease-ttl",
@@ -64,7 +74,7 @@ fn an_unreachable_redis_is_named() {
     ]);
     assert_eq!(code, 1, "{err}");
     assert!(
-        err.contains("cannot reach redis at redis://127.0.0.1:1"),
+        err.contains(&format!("cannot reach redis at {url}")),
         "{err}"
     );
 }
