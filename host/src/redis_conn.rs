@@ -1,6 +1,7 @@
 //! Redis connections: one place that sets timeouts and hides passwords in messages.
 //!
-//! URLs: `redis://[user:password@]host:port[/db]`, and `rediss://…` for TLS. TLS verifies the
+//! URLs: `redis://[user:password@]host:port[/db]`, `rediss://…` for TLS, and
+//! `unix:///path/to/redis.sock` for a Unix socket (what `./dev sample` uses). TLS verifies the
 //! server against the system's CA store; `SSL_CERT_FILE` (a PEM bundle) or `SSL_CERT_DIR`
 //! point at other CAs, e.g. a private one.
 
