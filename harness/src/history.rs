@@ -139,6 +139,12 @@ impl History {
     }
 }
 
+/// Splits a MONITOR line into its source (`lua`, or the client's address) and the command's
+/// arguments (the command first): what a test needs to send a recorded command again.
+pub fn split_line(line: &str) -> Option<(String, Vec<String>)> {
+    parse(line).map(|(source, args)| (source.to_string(), args))
+}
+
 /// Splits a MONITOR line into its source (`lua` or a client address) and its arguments.
 fn parse(line: &str) -> Option<(&str, Vec<String>)> {
     let open = line.find('[')?;

@@ -3,7 +3,7 @@
 //! ([`leasehold_harness::history`]); this module re-exports them for the tests and tests the
 //! checker itself.
 
-pub(crate) use leasehold_harness::history::{History, Recorder, check};
+pub(crate) use leasehold_harness::history::{History, Recorder, check, split_line};
 
 #[test]
 fn the_checker_catches_a_stale_write() {

@@ -49,6 +49,10 @@ mod jobs_dir;
 // the checker's own test.
 mod history;
 
+// The run bookkeeping under the fence with real hosts: a late write of an ended term cannot
+// drop an operator's request or strand a successor's run; a corrupt record blocks nothing.
+mod bookkeeping;
+
 // Election between in-process electors: one leader, takeover with a higher token.
 mod election;
 

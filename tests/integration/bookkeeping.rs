@@ -1,0 +1,314 @@
+//! The run bookkeeping under the fence, with real hosts: a late write of an ended term (or of
+//! a term that served an older request) cannot drop an operator's request or a newer term's
+//! open run, and a corrupt run record blocks nothing.
+//!
+//! "Late writes" are reproduced exactly: the history recorder captures every command a host
+//! sent, and the test sends that host's writes again at the point where they would do harm (as
+//! a host paused between two commands would). Each scenario failed before the bookkeeping
+//! moved into the fenced-write script: the replayed `SREM`s were applied.
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use serde_json::Value;
+
+use crate::harness::{
+    HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, guests, run_leasehold, run_record,
+    trigger, wait_for,
+};
+use crate::history::{Recorder, split_line};
+
+const PERIOD: &str = "2026-01-01";
+
+/// A jobs directory with the `probe` fixture misbehaving as `mode` (`unreachable`: every
+/// attempt traps at once; `spin`: every attempt runs into its 3 s step limit).
+fn probe_dirs(mode: &str) -> TempDir {
+    let dir = TempDir::new("bookkeeping");
+    std::fs::create_dir_all(dir.join("jobs")).unwrap();
+    std::fs::create_dir_all(dir.join("data/probe")).unwrap();
+    std::fs::write(dir.join("data/probe/mode"), mode).unwrap();
+    std::fs::copy(guests().wasm("probe"), dir.join("jobs/probe.wasm")).unwrap();
+    dir
+}
+
+/// The probe fires once a year (1 January): a cursor after this year's fire time keeps the
+/// scheduler from running [`PERIOD`] by itself, so only the test's requests run it.
+async fn seed_cursor(redis: &RedisServer) {
+    let _: () = redis
+        .conn()
+        .await
+        .set("lh:{probe}:cursor", "2026-06-01T00:00:00Z")
+        .await
+        .unwrap();
+}
+
+fn start(dir: &TempDir, redis: &RedisServer, node: &str, timing: (&str, &str)) -> HostProcess {
+    let data = dir.join("data");
+    HostProcess::start_node(
+        LEASEHOLD,
+        &redis.url(),
+        &dir.join("jobs"),
+        node,
+        timing,
+        &["--data-dir", data.to_str().unwrap()],
+    )
+}
+
+/// Waits (up to `limit`) for the probe's record of [`PERIOD`] to satisfy `ok`.
+async fn wait_record(
+    redis: &RedisServer,
+    what: &str,
+    limit: Duration,
+    ok: impl Fn(&Value) -> bool,
+) -> Value {
+    wait_for(what, limit, || async {
+        run_record(redis, "probe", PERIOD).await.filter(|r| ok(r))
+    })
+    .await
+}
+
+/// Waits until the leader has cleared the request it served (its last bookkeeping of the run).
+async fn wait_request_cleared(redis: &RedisServer) {
+    wait_for(
+        "the served request to be cleared",
+        Duration::from_secs(30),
+        || async {
+            let mut c = redis.conn().await;
+            let there: bool = c.hexists("lh:{probe}:requested", PERIOD).await.unwrap();
+            (!there).then_some(())
+        },
+    )
+    .await;
+}
+
+/// Every write command the client at `source` sent from line `from` on, as recorded: what a
+/// host paused just before sending them would send late.
+fn writes_of(lines: &[String], source: &str, from: usize) -> Vec<Vec<String>> {
+    const WRITES: [&str; 7] = ["EVALSHA", "EVAL", "SET", "DEL", "SADD", "SREM", "HDEL"];
+    lines[from..]
+        .iter()
+        .filter_map(|l| split_line(l))
+        .filter(|(s, args)| {
+            s == source
+                && args
+                    .first()
+                    .is_some_and(|c| WRITES.contains(&c.to_ascii_uppercase().as_str()))
+        })
+        .map(|(_, args)| args)
+        .collect()
+}
+
+/// Where (line index) and from which client a host's script wrote the probe's record as
+/// `failed` with attempt `attempt`.
+fn failed_save(lines: &[String], attempt: u64) -> (usize, String) {
+    let key = format!("lh:{{probe}}:run:{PERIOD}");
+    let applied = lines
+        .iter()
+        .position(|l| {
+            split_line(l).is_some_and(|(s, args)| {
+                s == "lua"
+                    && args.first().is_some_and(|c| c == "SET")
+                    && args.get(1) == Some(&key)
+                    && args.get(2).is_some_and(|v| {
+                        serde_json::from_str::<Value>(v)
+                            .is_ok_and(|r| r["status"] == "failed" && r["attempt"] == attempt)
+                    })
+            })
+        })
+        .expect("the failed record's write in the history");
+    // The script call that made it is the last client line before it.
+    (0..applied)
+        .rev()
+        .find_map(|i| {
+            split_line(&lines[i])
+                .filter(|(s, _)| s != "lua")
+                .map(|(s, _)| (i, s))
+        })
+        .expect("the script call before the failed record")
+}
+
+/// Sends recorded commands again; their replies (refusals included) are not errors here.
+async fn replay(redis: &RedisServer, commands: &[Vec<String>]) {
+    let mut c = redis.conn().await;
+    for args in commands {
+        let mut cmd = redis::cmd(&args[0]);
+        for a in &args[1..] {
+            cmd.arg(a);
+        }
+        let _: redis::RedisResult<redis::Value> = cmd.query_async(&mut c).await;
+    }
+}
+
+#[tokio::test]
+async fn a_leaders_late_clearing_does_not_drop_an_operators_new_request() {
+    deadline(Duration::from_secs(120), async {
+        let redis = RedisServer::start().await;
+        seed_cursor(&redis).await;
+        let recorder = Recorder::start(&redis).await;
+        let dir = probe_dirs("unreachable");
+        let host = start(&dir, &redis, "n1", ("2s", "500ms"));
+        host.wait_for_log("became leader", Duration::from_secs(60))
+            .await;
+        trigger(&redis, "probe", PERIOD);
+        wait_record(&redis, "attempt 1 to fail", Duration::from_secs(30), |r| {
+            r["status"] == "failed" && r["attempt"] == 1
+        })
+        .await;
+        wait_request_cleared(&redis).await;
+        // Everything the leader wrote from its failed record on: the record itself and the
+        // clearing of the request it served.
+        let lines = recorder.lines();
+        let (at, source) = failed_save(&lines, 1);
+        let late = writes_of(&lines, &source, at);
+        assert!(
+            late.iter()
+                .any(|c| c.iter().any(|a| a.ends_with(":requested"))),
+            "the clearing is among the late writes: {late:?}"
+        );
+        // The operator asks again, and then the leader's clearing arrives (late).
+        host.pause();
+        let said = trigger(&redis, "probe", PERIOD);
+        assert!(said.contains("requested a new run"), "{said}");
+        replay(&redis, &late).await;
+        host.resume();
+        wait_record(
+            &redis,
+            "the operator's re-run (attempt 2)",
+            Duration::from_secs(30),
+            |r| r["status"] == "failed" && r["attempt"] == 2,
+        )
+        .await;
+        recorder.check().unwrap_or_else(|v| panic!("{v}"));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_zombies_late_bookkeeping_does_not_strand_its_successors_run() {
+    deadline(Duration::from_secs(180), async {
+        let redis = RedisServer::start().await;
+        seed_cursor(&redis).await;
+        let recorder = Recorder::start(&redis).await;
+        let dir = probe_dirs("spin");
+        let timing = ("1s", "200ms");
+        let n1 = start(&dir, &redis, "n1", timing);
+        n1.wait_for_log("became leader", Duration::from_secs(60))
+            .await;
+        let mut n2 = start(&dir, &redis, "n2", timing);
+        n2.wait_for_log("following", Duration::from_secs(60)).await;
+        trigger(&redis, "probe", PERIOD);
+        wait_record(&redis, "attempt 1 to fail", Duration::from_secs(30), |r| {
+            r["status"] == "failed" && r["attempt"] == 1
+        })
+        .await;
+        wait_request_cleared(&redis).await;
+        let lines = recorder.lines();
+        let (at, source) = failed_save(&lines, 1);
+        let late = writes_of(&lines, &source, at);
+        // n1 freezes; n2 takes over; the operator asks for the period again and n2 runs it.
+        n1.pause();
+        n2.wait_for_log("became leader", Duration::from_secs(30))
+            .await;
+        trigger(&redis, "probe", PERIOD);
+        wait_record(
+            &redis,
+            "n2 to run attempt 2",
+            Duration::from_secs(30),
+            |r| r["status"] == "running" && r["attempt"] == 2 && r["node"] == "n2",
+        )
+        .await;
+        // n1's late writes arrive, then n2 dies mid-run.
+        replay(&redis, &late).await;
+        n2.kill();
+        let open: Vec<String> = redis
+            .conn()
+            .await
+            .smembers("lh:{probe}:open")
+            .await
+            .unwrap();
+        assert_eq!(open, vec![PERIOD.to_string()], "the run must stay open");
+        // n1 wakes, finds the open run and finishes it: nothing is left `running`.
+        n1.resume();
+        let record = wait_record(
+            &redis,
+            "attempt 2 to be finished by the next leader",
+            Duration::from_secs(60),
+            |r| r["status"] == "failed",
+        )
+        .await;
+        assert_eq!(record["attempt"], 2, "{record}");
+        recorder.check().unwrap_or_else(|v| panic!("{v}"));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_corrupt_run_record_is_moved_aside_and_blocks_nothing() {
+    deadline(Duration::from_secs(120), async {
+        let redis = RedisServer::start().await;
+        let dir = TempDir::new("corrupt");
+        std::fs::create_dir_all(dir.join("jobs")).unwrap();
+        std::fs::copy(guests().wasm("ticker"), dir.join("jobs/ticker.wasm")).unwrap();
+        // Every second, and a period that fires during an open run is skipped: an open run
+        // that never closes would skip every later period.
+        std::fs::write(dir.join("jobs/ticker.toml"), "overlap = \"skip\"\n").unwrap();
+        let bad = "2026-11-30T00:00:00";
+        let mut c = redis.conn().await;
+        let _: () = c
+            .set(format!("lh:{{ticker}}:run:{bad}"), "{not json")
+            .await
+            .unwrap();
+        let _: i64 = c.sadd("lh:{ticker}:open", bad).await.unwrap();
+        let _host = HostProcess::start_node(
+            LEASEHOLD,
+            &redis.url(),
+            &dir.join("jobs"),
+            "n1",
+            ("2s", "500ms"),
+            &[],
+        );
+        // Later periods run to `done`.
+        wait_for("a later period done", Duration::from_secs(60), || async {
+            let mut c = redis.conn().await;
+            let keys: Vec<String> = c.keys("lh:{ticker}:run:*").await.unwrap();
+            for k in keys {
+                let raw: Option<String> = c.get(&k).await.unwrap();
+                let record = raw.and_then(|r| serde_json::from_str::<Value>(&r).ok());
+                if record.is_some_and(|r| r["status"] == "done") {
+                    return Some(());
+                }
+            }
+            None
+        })
+        .await;
+        let kept: Option<String> = c.get(format!("lh:{{ticker}}:corrupt:{bad}")).await.unwrap();
+        assert_eq!(kept.as_deref(), Some("{not json"), "kept for the operator");
+        let open: Vec<String> = c.smembers("lh:{ticker}:open").await.unwrap();
+        assert!(!open.contains(&bad.to_string()), "{open:?}");
+        // The run history lists it as corrupt, with its size.
+        let out = run_leasehold(&[
+            "runs",
+            "ticker",
+            "--json",
+            "--limit",
+            "100000",
+            "--redis-url",
+            &redis.url(),
+        ]);
+        assert!(out.status.success());
+        let listed: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let entry = listed
+            .iter()
+            .find(|r| r["period"] == bad)
+            .expect("the corrupt record in the history");
+        assert_eq!(entry["status"], "corrupt");
+        assert!(
+            entry["error"].as_str().unwrap().contains("9 bytes"),
+            "{entry}"
+        );
+    })
+    .await;
+}
