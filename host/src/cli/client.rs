@@ -95,12 +95,39 @@ pub(super) async fn status(args: StatusArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The address to ask for a listen address: an unspecified IP (`0.0.0.0`, `[::]`) is reached
+/// on the loopback address of its family; anything else (a name, a real address) as given.
+fn reachable(listen: &str) -> String {
+    match listen.parse::<std::net::SocketAddr>() {
+        Ok(mut a) if a.ip().is_unspecified() => {
+            a.set_ip(match a.ip() {
+                std::net::IpAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                std::net::IpAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+            a.to_string()
+        }
+        _ => listen.to_string(),
+    }
+}
+
 pub(super) async fn health(args: HealthArgs) -> anyhow::Result<()> {
-    // A listen address of 0.0.0.0 is reached on the loopback address.
-    let addr = args.http.replace("0.0.0.0", "127.0.0.1");
+    let addr = reachable(&args.http);
     let path = if args.ready { "/readyz" } else { "/healthz" };
     let (code, body) = http_get(&addr, path).await?;
     anyhow::ensure!(code == 200, "{path} answered {code}: {}", body.trim());
     println!("{}", body.trim());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reachable;
+
+    #[test]
+    fn only_unspecified_addresses_become_loopback() {
+        assert_eq!(reachable("0.0.0.0:8080"), "127.0.0.1:8080");
+        assert_eq!(reachable("[::]:8080"), "[::1]:8080");
+        assert_eq!(reachable("10.0.0.0:8080"), "10.0.0.0:8080");
+        assert_eq!(reachable("node-a:8080"), "node-a:8080");
+    }
 }

@@ -11,7 +11,7 @@
 //! | timings | the relations of [`timing`] (I4) |
 //! | `node-id` | 1–64 characters from `A-Z a-z 0-9 . _ -` (it appears in lease owners `node-id:uuid`) |
 //! | `max-memory` | at least 1 MiB |
-//! | `max-step-time` | at least 100ms |
+//! | `max-step-time` | at least 100ms, at most 1 day |
 //! | `max-write-size` | at least 1 KiB |
 //! | `max-component-size` | at least 64 KiB |
 //! | `cache-dir` | not inside `jobs-dir` (whoever can drop a job there could plant compiled code) |
@@ -158,6 +158,15 @@ impl RawLimits {
                 Setting::MaxStepTime,
                 format!(
                     "max-step-time ({}) must be at least 100ms",
+                    show(self.max_step_time)
+                ),
+            ));
+        }
+        if self.max_step_time > Duration::from_secs(86_400) {
+            bad.push(Violation::new(
+                Setting::MaxStepTime,
+                format!(
+                    "max-step-time ({}) must be at most 1 day",
                     show(self.max_step_time)
                 ),
             ));

@@ -9,6 +9,7 @@
 //! | rule | why |
 //! | --- | --- |
 //! | `lease-ttl ≥ 100ms` | Redis `PX` resolution and scheduling noise make shorter leases meaningless |
+//! | `lease-ttl ≤ 1 day` | a longer lease only delays failover, and deadlines stay far from overflow |
 //! | `heartbeat × 3 < lease-ttl` | at least two renewals can fail before the lease expires |
 //! | `redis-timeout < heartbeat` | a renewal finishes (or gives up) before the next one is due |
 //! | `0 < margin < lease-ttl / 2` | the local deadline `t_sent + ttl − margin` stays well inside the lease |
@@ -66,17 +67,23 @@ impl Timing {
                 format!("lease-ttl must be at least 100ms (lease-ttl {})", show(ttl)),
             ));
         }
+        if ttl > Duration::from_secs(86_400) {
+            v.push(Violation::new(
+                Setting::LeaseTtl,
+                format!("lease-ttl must be at most 1 day (lease-ttl {})", show(ttl)),
+            ));
+        }
         if hb.is_zero() {
             v.push(Violation::new(
                 Setting::Heartbeat,
                 "heartbeat must be greater than zero (heartbeat 0s)".to_string(),
             ));
         }
-        if hb * 3 >= ttl {
+        if hb.saturating_mul(3) >= ttl {
             v.push(Violation::new(Setting::Heartbeat, format!(
                 "heartbeat × 3 must be less than lease-ttl (heartbeat {} × 3 = {}, lease-ttl {})",
                 show(hb),
-                show(hb * 3),
+                show(hb.saturating_mul(3)),
                 show(ttl)
             )));
         }
@@ -94,12 +101,12 @@ impl Timing {
                 show(ttl)
             )));
         }
-        if hb + rt >= ttl.saturating_sub(margin) {
+        if hb.saturating_add(rt) >= ttl.saturating_sub(margin) {
             v.push(Violation::new(Setting::RedisTimeout, format!(
                 "heartbeat + redis-timeout must be less than lease-ttl − lease-margin (heartbeat {} + redis-timeout {} = {}, lease-ttl {} − lease-margin {} = {})",
                 show(hb),
                 show(rt),
-                show(hb + rt),
+                show(hb.saturating_add(rt)),
                 show(ttl),
                 show(margin),
                 show(ttl.saturating_sub(margin))
@@ -176,5 +183,17 @@ mod tests {
         let e = Timing::new(ms(1_000), ms(300), Some(ms(450)), Some(ms(299))).unwrap_err();
         assert_eq!(e.violations.len(), 1, "{e}");
         assert!(e.violations[0].message.starts_with("heartbeat + redis-timeout must be less than lease-ttl − lease-margin (heartbeat 300ms + redis-timeout 299ms = 599ms, lease-ttl 1s − lease-margin 450ms = 550ms)"), "{e}");
+    }
+
+    #[test]
+    fn huge_values_are_violations_not_overflows() {
+        let huge = Duration::from_secs(u64::MAX / 2);
+        let e = Timing::new(ms(10_000), huge, None, None).unwrap_err();
+        assert!(
+            e.violations.iter().any(|v| v
+                .message
+                .starts_with("heartbeat × 3 must be less than lease-ttl")),
+            "{e}"
+        );
     }
 }

@@ -30,7 +30,6 @@ impl Runner {
     ) -> RunEnd {
         let keys = &self.keys;
         let token = term.token();
-        let policies = self.job.spec.policies;
         let mut version = &self.job;
         let mut conn = self.conn.clone();
         let existing = match term.bound(runs::read(&mut conn, keys, &period.id)).await {
@@ -101,6 +100,15 @@ impl Runner {
             info!(period = %period.id, "starting run");
             record.started_at = now.clone();
         }
+        if decide::parse_rfc3339(&record.started_at).is_none() {
+            // The maximum run time counts from the start: a start that does not parse (a record
+            // edited by hand) would switch it off, so the run counts from now instead.
+            warn!(period = %period.id, started_at = %record.started_at, "the run record's start time is not a time; the maximum run time counts from now");
+            record.started_at = now.clone();
+        }
+        // The version that runs the run decides its policies (retry, maximum run time), not
+        // the newest one loaded meanwhile.
+        let policies = version.spec.policies;
         record.status = RunStatus::Running;
         record.error = None;
         record.retry_at = None;
@@ -225,7 +233,7 @@ impl Runner {
         why: String,
     ) -> RunEnd {
         let why = decide::clip(why);
-        let policies = self.job.spec.policies;
+        let policies = version.spec.policies;
         if let AfterFailure::Retry { delay } =
             decide::after_failure(&policies, record.attempt, kind)
         {
