@@ -41,7 +41,7 @@ use tracing::{debug, info, warn};
 use crate::config::{Timing, show};
 use crate::keys::JobKeys;
 use crate::lease::{self, Acquired};
-use crate::term::{Term, mono_ms};
+use crate::term::{Replicas, Term, mono_ms};
 
 /// This node's role for one job.
 #[derive(Clone, Debug)]
@@ -147,6 +147,8 @@ pub struct Elector {
     pub keys: JobKeys,
     /// Signalled when the job's lease is released (see [`listen_for_releases`]).
     pub released: Arc<Notify>,
+    /// Replicas every write of this node's terms waits for (`--min-replicas`).
+    pub replicas: Option<Replicas>,
 }
 
 /// Subscribes to every job's release channel and wakes the elector registered for the channel
@@ -237,7 +239,12 @@ impl Elector {
             .await;
             let wait = match acquired {
                 Ok(Ok(Acquired::Granted { token })) => {
-                    let term = Term::new(token, owner.clone(), sent + self.timing.leader_window());
+                    let term = Term::with_replicas(
+                        token,
+                        owner.clone(),
+                        sent + self.timing.leader_window(),
+                        self.replicas,
+                    );
                     info!(token, owner = %owner, ttl = %show(lease_ttl), sent_ms = mono_ms(sent), deadline_ms = term.deadline_ms(), "became leader");
                     role.send_replace(Role::Leader(term.clone()));
                     leader_known(true, &mut leaderless_since);

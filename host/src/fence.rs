@@ -269,6 +269,27 @@ async fn invoke<C: ConnectionLike>(
     }))
 }
 
+/// `WAIT`s for `r.count` replicas to acknowledge every write this connection sent, bounded by
+/// the term.
+async fn wait_for_replicas<C: ConnectionLike>(
+    conn: &mut C,
+    term: &Term,
+    r: crate::term::Replicas,
+) -> Result<(), TermWriteError> {
+    let mut wait = redis::cmd("WAIT");
+    wait.arg(r.count).arg(r.timeout.as_millis() as u64);
+    match term.bound(wait.query_async::<i64>(conn)).await {
+        Some(Ok(acked)) if acked >= i64::from(r.count) => Ok(()),
+        Some(Ok(acked)) => Err(TermWriteError::NotReplicated {
+            acked: acked.max(0) as u32,
+            wanted: r.count,
+            timeout: r.timeout,
+        }),
+        Some(Err(e)) => Err(TermWriteError::Redis(e)),
+        None => Err(TermWriteError::Ended),
+    }
+}
+
 /// The fence's current `(token, holder)`, if any write or term has set it.
 pub async fn current<C: ConnectionLike>(
     conn: &mut C,
@@ -297,6 +318,20 @@ pub enum TermWriteError {
     /// Redis could not be asked.
     #[error("redis: {0}")]
     Redis(redis::RedisError),
+    /// The write was applied on the primary, but fewer replicas than the term requires
+    /// acknowledged it in time: it may be lost if the primary fails over.
+    #[error(
+        "written on the primary, but acknowledged by {acked} of the {wanted} replicas required within {}",
+        crate::units::show(*.timeout)
+    )]
+    NotReplicated {
+        /// Replicas that acknowledged.
+        acked: u32,
+        /// Replicas required.
+        wanted: u32,
+        /// How long the write waited.
+        timeout: std::time::Duration,
+    },
 }
 
 /// The one way a term writes (runner and guest alike): refused locally once `term` has ended
@@ -365,12 +400,17 @@ async fn term_write<C: ConnectionLike>(
             None => Err(TermWriteError::Ended),
         }
     };
+    let outcome = match (outcome, term.replicas()) {
+        (Ok(applied), Some(r)) => wait_for_replicas(conn, term, r).await.map(|()| applied),
+        (outcome, _) => outcome,
+    };
     let result = match &outcome {
         Ok(true) => "accepted",
         Ok(false) => "exists",
         Err(TermWriteError::Ended) => "ended",
         Err(TermWriteError::Refused(_)) => "refused",
         Err(TermWriteError::Redis(_)) => "unavailable",
+        Err(TermWriteError::NotReplicated { .. }) => "unreplicated",
     };
     tracing::debug!(
         token,

@@ -174,6 +174,7 @@ impl Host {
             timing: cfg.timing,
             keys: keys.clone(),
             released,
+            replicas: cfg.replicas,
         };
         let span = job_span(&name, node);
         let resign = self.electors.child_token();

@@ -49,6 +49,19 @@ struct Inner {
     /// Local deadline in [`nanos`]; 0 once the term has ended.
     deadline: AtomicU64,
     ended: watch::Sender<bool>,
+    /// Replicas every write of the term waits for (see [`Replicas`]).
+    replicas: Option<Replicas>,
+}
+
+/// How many Redis replicas must acknowledge each write of a term, and how long a write waits
+/// for them (`WAIT`). A write that is not acknowledged in time fails as unavailable (it is
+/// applied on the primary, and may be lost if the primary fails over).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Replicas {
+    /// Replicas that must acknowledge.
+    pub count: u32,
+    /// Longest a write waits for them.
+    pub timeout: Duration,
 }
 
 impl Term {
@@ -61,8 +74,33 @@ impl Term {
                 owner,
                 deadline: AtomicU64::new(nanos(deadline)),
                 ended: watch::Sender::new(false),
+                replicas: None,
             }),
         }
+    }
+
+    /// [`Term::new`] for a term whose every write waits for `replicas` (none: no waiting).
+    pub fn with_replicas(
+        token: u64,
+        owner: String,
+        deadline: Instant,
+        replicas: Option<Replicas>,
+    ) -> Self {
+        base();
+        Term {
+            inner: Arc::new(Inner {
+                token,
+                owner,
+                deadline: AtomicU64::new(nanos(deadline)),
+                ended: watch::Sender::new(false),
+                replicas,
+            }),
+        }
+    }
+
+    /// The replicas every write of the term waits for, if any.
+    pub fn replicas(&self) -> Option<Replicas> {
+        self.inner.replicas
     }
 
     /// The term's fencing token.

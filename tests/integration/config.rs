@@ -150,3 +150,26 @@ async fn an_evicting_redis_is_refused_unless_allowed() {
     })
     .await;
 }
+
+#[test]
+fn sentinel_and_unknown_redis_urls_are_refused_by_check_config() {
+    for url in [
+        "redis+sentinel://127.0.0.1:26379/mymaster",
+        "http://127.0.0.1:6379",
+    ] {
+        let (code, err) = run(&[
+            "run",
+            "--redis-url",
+            url,
+            "--node-id",
+            "n1",
+            "--check-config",
+        ]);
+        assert_eq!(code, 1, "{url}: {err}");
+        assert!(
+            err.contains("redis-url must start with redis://, rediss:// or unix://")
+                && err.contains("Sentinel and Cluster URLs are not supported"),
+            "{url}: {err}"
+        );
+    }
+}

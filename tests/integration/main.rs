@@ -53,6 +53,9 @@ mod history;
 // drop an operator's request or strand a successor's run; a corrupt record blocks nothing.
 mod bookkeeping;
 
+// --min-replicas: writes wait for Redis replicas, and fail without them.
+mod replicas;
+
 // Election between in-process electors: one leader, takeover with a higher token.
 mod election;
 

@@ -156,6 +156,13 @@ pub(crate) struct RunArgs {
     /// leases, fences and run records could then be lost and a period run twice.
     #[arg(long, env = "LEASEHOLD_ALLOW_EVICTING_REDIS")]
     pub(crate) allow_evicting_redis: bool,
+    /// Redis replicas that must acknowledge every write of a term (`WAIT`); a write they do not
+    /// acknowledge in time fails as unavailable. 0: writes do not wait.
+    #[arg(long, env = "LEASEHOLD_MIN_REPLICAS", default_value_t = 0)]
+    pub(crate) min_replicas: u32,
+    /// How long a write waits for the replicas [default: the Redis timeout].
+    #[arg(long, env = "LEASEHOLD_REPLICA_TIMEOUT", value_parser = parse_duration)]
+    pub(crate) replica_timeout: Option<Duration>,
     /// Validate the configuration, print it and exit without connecting to anything.
     #[arg(long)]
     pub check_config: bool,
@@ -245,6 +252,8 @@ impl RunArgs {
             http_token: self.http_token.clone(),
             limits: self.limits.raw(),
             allow_evicting_redis: self.allow_evicting_redis,
+            min_replicas: self.min_replicas,
+            replica_timeout: self.replica_timeout,
         }
     }
 }

@@ -99,6 +99,17 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         );
         println!(
+            "replicas:    {}",
+            match cfg.replicas {
+                Some(r) => format!(
+                    "every write of a term waits for {} replica(s), at most {}",
+                    r.count,
+                    show(r.timeout)
+                ),
+                None => "writes do not wait for replicas".into(),
+            }
+        );
+        println!(
             "http:        {}{}",
             cfg.http
                 .map(|a| a.to_string())

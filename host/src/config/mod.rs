@@ -16,6 +16,8 @@
 //! | `max-component-size` | at least 64 KiB |
 //! | `cache-dir` | not inside `jobs-dir` (whoever can drop a job there could plant compiled code) |
 //! | `http-token` | not empty when set |
+//! | `redis-url` | `redis://`, `rediss://` or `unix://` (no Sentinel or Cluster URLs) |
+//! | `replica-timeout` | above zero and at most `lease-ttl` |
 //!
 //! Job specs are validated where they are read, in [`crate::spec`].
 
@@ -29,6 +31,7 @@ pub use crate::units::{parse_duration, parse_size, show, show_size};
 pub use timing::Timing;
 
 use crate::spec::HostLimits;
+use crate::term::Replicas;
 
 /// A setting of `leasehold run` that a rule is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,6 +58,10 @@ pub enum Setting {
     CacheDir,
     /// `--http-token`.
     HttpToken,
+    /// `--replica-timeout`.
+    ReplicaTimeout,
+    /// `--redis-url`.
+    RedisUrl,
 }
 
 impl Setting {
@@ -72,6 +79,8 @@ impl Setting {
             Setting::MaxComponentSize => "max-component-size",
             Setting::CacheDir => "cache-dir",
             Setting::HttpToken => "http-token",
+            Setting::ReplicaTimeout => "replica-timeout",
+            Setting::RedisUrl => "redis-url",
         }
     }
 }
@@ -222,6 +231,10 @@ pub struct RawConfig {
     pub limits: RawLimits,
     /// Start even when Redis may evict keys (`maxmemory-policy` other than `noeviction`).
     pub allow_evicting_redis: bool,
+    /// Replicas that must acknowledge every write of a term (0: none).
+    pub min_replicas: u32,
+    /// How long a write waits for them; default the Redis timeout.
+    pub replica_timeout: Option<Duration>,
 }
 
 /// Everything `leasehold run` is configured with, validated.
@@ -248,6 +261,8 @@ pub struct NodeConfig {
     pub http_token: Option<String>,
     /// Start even when Redis may evict keys (see [`crate::deployment`]).
     pub allow_evicting_redis: bool,
+    /// Replicas every write of a term waits for, if any.
+    pub replicas: Option<Replicas>,
 }
 
 impl NodeConfig {
@@ -255,6 +270,17 @@ impl NodeConfig {
     /// reported together.
     pub fn from_raw(raw: RawConfig) -> Result<Self, ConfigError> {
         let mut bad = Vec::new();
+        let scheme = raw.redis_url.split("://").next().unwrap_or("");
+        if !["redis", "rediss", "unix", "redis+unix"].contains(&scheme)
+            || !raw.redis_url.contains("://")
+        {
+            bad.push(Violation::new(
+                Setting::RedisUrl,
+                format!(
+                    "redis-url must start with redis://, rediss:// or unix:// (redis-url scheme {scheme:?}); Sentinel and Cluster URLs are not supported"
+                ),
+            ));
+        }
         let node_id = raw.node_id.clone().unwrap_or_else(hostname);
         if let Err(v) = validate_node_id(&node_id) {
             bad.push(v);
@@ -287,6 +313,19 @@ impl NodeConfig {
                 "http-token is empty: set a token or leave it unset".into(),
             ));
         }
+        if raw
+            .replica_timeout
+            .is_some_and(|t| t.is_zero() || t > raw.lease_ttl)
+        {
+            bad.push(Violation::new(
+                Setting::ReplicaTimeout,
+                format!(
+                    "replica-timeout must be greater than zero and at most lease-ttl (replica-timeout {}, lease-ttl {})",
+                    show(raw.replica_timeout.unwrap_or_default()),
+                    show(raw.lease_ttl)
+                ),
+            ));
+        }
         let (Some(timing), true) = (timing, bad.is_empty()) else {
             return Err(ConfigError { violations: bad });
         };
@@ -301,6 +340,10 @@ impl NodeConfig {
             http: raw.http,
             http_token: raw.http_token,
             allow_evicting_redis: raw.allow_evicting_redis,
+            replicas: (raw.min_replicas > 0).then(|| Replicas {
+                count: raw.min_replicas,
+                timeout: raw.replica_timeout.unwrap_or(timing.redis_timeout),
+            }),
         })
     }
 }
@@ -369,6 +412,8 @@ mod tests {
                 guest_log_lines: 200,
             },
             allow_evicting_redis: false,
+            min_replicas: 0,
+            replica_timeout: None,
         }
     }
 

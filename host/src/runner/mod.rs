@@ -310,7 +310,9 @@ impl Runner {
         match fence::write_in_term(&mut conn, &self.keys, term, write).await {
             Ok(()) => Ok(()),
             Err(TermWriteError::Ended | TermWriteError::Refused(_)) => Err(RunEnd::Lost),
-            Err(TermWriteError::Redis(e)) => Err(RunEnd::Interrupted(e.to_string())),
+            Err(e @ (TermWriteError::Redis(_) | TermWriteError::NotReplicated { .. })) => {
+                Err(RunEnd::Interrupted(e.to_string()))
+            }
         }
     }
 

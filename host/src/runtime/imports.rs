@@ -140,7 +140,9 @@ impl HostState {
                 self.refusal = Some(refusal);
                 Err(store::WriteError::Fenced(text))
             }
-            Err(TermWriteError::Redis(e)) => Err(store::WriteError::Unavailable(e.to_string())),
+            Err(e @ (TermWriteError::Redis(_) | TermWriteError::NotReplicated { .. })) => {
+                Err(store::WriteError::Unavailable(e.to_string()))
+            }
             Err(TermWriteError::Ended) => Err(store::WriteError::NotLeader),
         }
     }
