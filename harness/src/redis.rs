@@ -87,8 +87,8 @@ pub struct RedisServer {
     pub port: u16,
     config: RedisConfig,
     log: Arc<Mutex<Vec<String>>>,
-    /// The append-only file's directory, when the server owns it.
-    _aof_dir: Option<TempDir>,
+    /// The server's working directory, when it owns it.
+    _own_dir: Option<TempDir>,
 }
 
 impl RedisServer {
@@ -113,8 +113,11 @@ impl RedisServer {
     /// when another process takes the picked one first. Errors when `redis-server` cannot be
     /// run or never becomes ready.
     pub async fn try_start_with(mut config: RedisConfig) -> std::io::Result<Self> {
-        let aof_dir = if config.aof && config.dir.is_none() {
-            let dir = TempDir::create("leasehold-test-redis-aof")?;
+        // A directory of its own unless the caller gives one: Redis writes files there (an
+        // append-only file, or the RDB a replica receives at its first sync) and loads them at
+        // start, so a shared working directory would carry one test's data into the next.
+        let own_dir = if config.dir.is_none() {
+            let dir = TempDir::create("leasehold-test-redis")?;
             config.dir = Some(dir.0.clone());
             Some(dir)
         } else {
@@ -129,10 +132,10 @@ impl RedisServer {
                 port,
                 config: config.clone(),
                 log,
-                _aof_dir: None,
+                _own_dir: None,
             };
             if server.wait_ready().await {
-                server._aof_dir = aof_dir;
+                server._own_dir = own_dir;
                 return Ok(server);
             }
             last_log = server.log();
@@ -246,14 +249,13 @@ fn spawn(config: &RedisConfig, port: u16) -> std::io::Result<(Child, Arc<Mutex<V
         cmd.args(["--port", &port]);
     }
     cmd.args(["--bind", "127.0.0.1", "--save", ""]);
-    match (&config.dir, config.aof) {
-        (Some(dir), true) => {
-            cmd.args(["--appendonly", "yes", "--appendfsync", "always", "--dir"])
-                .arg(dir);
-        }
-        _ => {
-            cmd.args(["--appendonly", "no"]);
-        }
+    if config.aof {
+        cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+    } else {
+        cmd.args(["--appendonly", "no"]);
+    }
+    if let Some(dir) = &config.dir {
+        cmd.arg("--dir").arg(dir);
     }
     cmd.args(&config.args);
     if let Some(dir) = &config.dir {

@@ -67,16 +67,7 @@ pub struct Replicas {
 impl Term {
     /// A term with `token`, held by lease owner `owner`, valid until `deadline`.
     pub fn new(token: u64, owner: String, deadline: Instant) -> Self {
-        base();
-        Term {
-            inner: Arc::new(Inner {
-                token,
-                owner,
-                deadline: AtomicU64::new(nanos(deadline)),
-                ended: watch::Sender::new(false),
-                replicas: None,
-            }),
-        }
+        Term::with_replicas(token, owner, deadline, None)
     }
 
     /// [`Term::new`] for a term whose every write waits for `replicas` (none: no waiting).

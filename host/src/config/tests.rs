@@ -1,0 +1,79 @@
+//! Unit tests of configuration assembly: defaults, and every violation named by its setting.
+use super::*;
+
+fn raw() -> RawConfig {
+    RawConfig {
+        redis_url: "redis://127.0.0.1:6379".into(),
+        jobs_dir: "/srv/jobs".into(),
+        data_dir: None,
+        cache_dir: Some("/var/cache/leasehold".into()),
+        node_id: Some("n1".into()),
+        lease_ttl: Duration::from_secs(10),
+        heartbeat: Duration::from_secs(2),
+        lease_margin: None,
+        redis_timeout: None,
+        http: None,
+        http_token: None,
+        limits: RawLimits {
+            max_memory: 512 << 20,
+            max_step_time: Duration::from_secs(600),
+            max_write_size: 16 << 20,
+            max_component_size: 64 << 20,
+            guest_log_lines: 200,
+        },
+        allow_evicting_redis: false,
+        min_replicas: 0,
+        replica_timeout: None,
+    }
+}
+
+#[test]
+fn a_good_configuration_gets_its_defaults() {
+    let cfg = NodeConfig::from_raw(raw()).unwrap();
+    assert_eq!(cfg.node_id, "n1");
+    assert_eq!(cfg.timing.margin, Duration::from_secs(1));
+    assert_eq!(cfg.limits, HostLimits::default());
+}
+
+#[test]
+fn every_violation_names_its_setting_and_all_are_reported() {
+    let mut r = raw();
+    r.node_id = Some("a:b".into());
+    r.heartbeat = Duration::from_secs(4);
+    r.limits.max_memory = 1000;
+    r.cache_dir = Some("/srv/jobs/.cache".into());
+    r.http_token = Some(String::new());
+    let e = NodeConfig::from_raw(r).unwrap_err();
+    let settings: Vec<Setting> = e.violations.iter().map(|v| v.setting).collect();
+    assert_eq!(
+        settings,
+        vec![
+            Setting::NodeId,
+            Setting::Heartbeat,
+            Setting::MaxMemory,
+            Setting::CacheDir,
+            Setting::HttpToken
+        ],
+        "{e}"
+    );
+    let text = e.to_string();
+    assert!(
+        text.starts_with("invalid configuration:\n  - node-id must be"),
+        "{text}"
+    );
+    assert!(
+        text.contains("max-memory (1000 bytes) must be at least 1 MiB"),
+        "{text}"
+    );
+}
+
+#[test]
+fn node_ids_are_checked() {
+    assert!(validate_node_id("node-a.1_x").is_ok());
+    assert!(validate_node_id("").is_err());
+    assert_eq!(
+        validate_node_id("a:b").unwrap_err().setting,
+        Setting::NodeId
+    );
+    assert!(validate_node_id(&"x".repeat(65)).is_err());
+}
