@@ -53,6 +53,10 @@ mod history;
 // drop an operator's request or strand a successor's run; a corrupt record blocks nothing.
 mod bookkeeping;
 
+// A randomized soak: random faults and operator actions against three billing replicas, checked
+// against the applied history (LEASEHOLD_SOAK_ROUNDS, LEASEHOLD_SOAK_SEED; `./dev soak`).
+mod soak;
+
 // --min-replicas: writes wait for Redis replicas, and fail without them.
 mod replicas;
 
