@@ -14,7 +14,7 @@ impl Guest for Spinner {
             name: NAME.into(),
             schedule: "* * * * * *".into(),
             time_zone: "UTC".into(),
-            limits: Limits { max_memory_bytes: 0, max_step_millis: 0, max_write_bytes: 0 },
+            limits: Limits { max_memory_bytes: 0, max_step_millis: 0, max_write_bytes: 0, max_stored_keys: 0, max_stored_bytes: 0 },
             // Every second; a fire during an open run is recorded as skipped, not queued.
             policies: Policies {
                 catch_up: CatchUp::Latest,

@@ -192,6 +192,7 @@ fn is_term_key(cmd: &str, key: &str) -> bool {
         }
         "SADD" | "SREM" => key.ends_with(":open"),
         "HDEL" => key.ends_with(":requested"),
+        "HSET" => key.ends_with(":usage"),
         _ => false,
     }
 }
@@ -291,10 +292,10 @@ pub fn check_with(
                 fence.insert(job, (token, holder));
             }
             // Every write a term makes: job data, run records, checkpoints, corrupt records
-            // moved aside, the cursor, the last-run marker, the open-runs index, and the
-            // clearing of operator requests. (Operators write requests with HSET/HSETNX and
+            // moved aside, the cursor, the last-run marker, the open-runs index, the storage
+            // count, and the clearing of operator requests. (Operators write requests with HSET/HSETNX and
             // the pause flag with SET/DEL on `:paused`, outside any term.)
-            "SET" | "DEL" | "SADD" | "SREM" | "HDEL" if is_term_key(&cmd, &key) => {
+            "SET" | "DEL" | "SADD" | "SREM" | "HDEL" | "HSET" if is_term_key(&cmd, &key) => {
                 let Some((owner, token)) = writer.clone() else {
                     violations.push(format!("write outside a fenced-write script: {line}"));
                     continue;

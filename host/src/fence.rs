@@ -9,7 +9,9 @@
 //! 2. refuses the write unless the lease still holds the writer's owner value at the moment
 //!    Redis applies it (**not leaseholder**) — the compare etcd does on the leader key's
 //!    revision, possible because lease and data live in the same Redis;
-//! 3. otherwise raises the fence to the token if it is higher, and sets every key given (in
+//! 3. otherwise raises the fence to the token if it is higher; for a guest's write, counts the
+//!    keys and bytes it adds against the job's storage quota and refuses it beyond
+//!    ([`crate::quota`]); and sets every key given (in
 //!    *create* mode only if none of them exists yet: an idempotency key), deletes the keys to
 //!    delete, and applies the run bookkeeping that goes with them ([`Bookkeeping`]): periods
 //!    added to or removed from the open-runs index, and operator requests cleared — each only
@@ -30,14 +32,16 @@ use redis::Script;
 use redis::aio::ConnectionLike;
 
 use crate::keys::JobKeys;
+use crate::quota::{Quota, QuotaUsage};
 use crate::term::{Term, mono_ms};
 
 static FENCED_WRITE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
--- KEYS: lease, fence, open-runs index, requests, keys to set..., keys to delete...
+-- KEYS: lease, fence, open-runs index, requests, usage, keys to set..., keys to delete...
 -- ARGV: owner, token, number of keys to set, create ('1': only if no key to set exists),
 --       number of index additions, of index removals, of request clearings,
+--       quota of keys and of bytes ('' and '': the keys to set are not counted),
 --       values... (one per key to set), periods to add to the index...,
 --       periods to remove from it..., (period, request id) pairs to clear...
 local token = tonumber(ARGV[2])
@@ -62,19 +66,43 @@ end
 local sets = tonumber(ARGV[3])
 if ARGV[4] == '1' then
   for i = 1, sets do
-    if redis.call('EXISTS', KEYS[i + 4]) == 1 then
+    if redis.call('EXISTS', KEYS[i + 5]) == 1 then
       return {1, 'exists', '', ''}
     end
   end
 end
-for i = 1, #KEYS - 4 do
+-- The storage quota: count what the keys to set add, refuse (nothing written) if it would
+-- take the job past its quota in a dimension the write grows.
+local usage = {'', ''}
+if ARGV[8] ~= '' then
+  local dkeys, dbytes = 0, 0
+  for i = 1, sets do
+    local k = KEYS[i + 5]
+    if redis.call('EXISTS', k) == 0 then
+      dkeys = dkeys + 1
+      dbytes = dbytes + #k
+    end
+    dbytes = dbytes + #ARGV[i + 9] - redis.call('STRLEN', k)
+  end
+  local keys = tonumber(redis.call('HGET', KEYS[5], 'keys') or '0') + dkeys
+  local bytes = tonumber(redis.call('HGET', KEYS[5], 'bytes') or '0') + dbytes
+  if bytes < 0 then
+    bytes = 0
+  end
+  if (dkeys > 0 and keys > tonumber(ARGV[8])) or (dbytes > 0 and bytes > tonumber(ARGV[9])) then
+    return {0, 'quota', string.format('%.0f', keys), string.format('%.0f', bytes)}
+  end
+  redis.call('HSET', KEYS[5], 'keys', string.format('%.0f', keys), 'bytes', string.format('%.0f', bytes))
+  usage = {string.format('%.0f', keys), string.format('%.0f', bytes)}
+end
+for i = 1, #KEYS - 5 do
   if i <= sets then
-    redis.call('SET', KEYS[i + 4], ARGV[i + 7])
+    redis.call('SET', KEYS[i + 5], ARGV[i + 9])
   else
-    redis.call('DEL', KEYS[i + 4])
+    redis.call('DEL', KEYS[i + 5])
   end
 end
-local a = 7 + sets
+local a = 9 + sets
 for i = 1, tonumber(ARGV[5]) do
   redis.call('SADD', KEYS[3], ARGV[a + i])
 end
@@ -92,7 +120,7 @@ for i = 1, tonumber(ARGV[7]) do
     redis.call('HDEL', KEYS[4], period)
   end
 end
-return {1, '', '', ''}
+return {1, '', usage[1], usage[2]}
 "#,
     )
 });
@@ -154,6 +182,9 @@ pub enum FenceError {
     /// The fence refused the write.
     #[error("{0}")]
     Refused(Refusal),
+    /// The write would take the job past its storage quota; nothing was written.
+    #[error("{0}")]
+    Quota(QuotaUsage),
     /// Redis could not be asked.
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
@@ -181,7 +212,7 @@ pub async fn write<C: ConnectionLike>(
     writes: &[(String, &[u8])],
 ) -> Result<(), FenceError> {
     let write = TermWrite::new(writes, &[]);
-    invoke(conn, keys, (owner, token), &write).await.map(|_| ())
+    invoke(conn, keys, (owner, token), &write).await.map(drop)
 }
 
 /// What one term write does: keys to set, keys to delete, bookkeeping, all or nothing.
@@ -195,6 +226,9 @@ pub struct TermWrite<'a> {
     pub create: bool,
     /// The run bookkeeping that goes with the keys.
     pub book: Bookkeeping<'a>,
+    /// Count the keys to set against this quota (a guest's write); `None` for the host's own
+    /// records.
+    pub quota: Option<Quota>,
 }
 
 impl<'a> TermWrite<'a> {
@@ -205,6 +239,7 @@ impl<'a> TermWrite<'a> {
             deletes,
             create: false,
             book: Bookkeeping::default(),
+            quota: None,
         }
     }
 
@@ -215,19 +250,30 @@ impl<'a> TermWrite<'a> {
     }
 }
 
-/// Runs the script; `Ok(false)` when `create` found a key to set already there (nothing was
-/// written).
-async fn invoke<C: ConnectionLike>(
+/// What an applied term write did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Written {
+    /// False when `create` found a key to set already there: nothing was written.
+    pub created: bool,
+    /// `(keys, bytes)` the job keeps after a write counted against its quota.
+    pub usage: Option<(u64, u64)>,
+}
+
+/// Runs the script as the term `(owner, token)`, with none of [`term_write`]'s local checks:
+/// the primitive under every term write (tests and the demo send writes as a given term with
+/// it).
+pub async fn invoke<C: ConnectionLike>(
     conn: &mut C,
     keys: &JobKeys,
     (owner, token): (&str, u64),
     write: &TermWrite<'_>,
-) -> Result<bool, FenceError> {
+) -> Result<Written, FenceError> {
     let book = &write.book;
     let mut inv = FENCED_WRITE.key(keys.lease());
     inv.key(keys.fence())
         .key(keys.open_runs())
         .key(keys.requests())
+        .key(keys.usage())
         .arg(owner)
         .arg(token)
         .arg(write.sets.len())
@@ -235,6 +281,10 @@ async fn invoke<C: ConnectionLike>(
         .arg(book.open_add.len())
         .arg(book.open_remove.len())
         .arg(book.clear_requests.len());
+    match write.quota {
+        Some(q) => inv.arg(q.keys).arg(q.bytes),
+        None => inv.arg("").arg(""),
+    };
     for (key, value) in write.sets {
         inv.key(key).arg(*value);
     }
@@ -250,7 +300,18 @@ async fn invoke<C: ConnectionLike>(
     let (ok, kind, fence_token, holder): (i64, String, String, String) =
         inv.invoke_async(conn).await?;
     if ok == 1 {
-        return Ok(kind != "exists");
+        return Ok(Written {
+            created: kind != "exists",
+            usage: fence_token.parse().ok().zip(holder.parse().ok()),
+        });
+    }
+    if let ("quota", Some(q)) = (kind.as_str(), write.quota) {
+        return Err(FenceError::Quota(QuotaUsage {
+            keys: fence_token.parse().unwrap_or(u64::MAX),
+            bytes: holder.parse().unwrap_or(u64::MAX),
+            max_keys: q.keys,
+            max_bytes: q.bytes,
+        }));
     }
     let fence_token = fence_token.parse().unwrap_or(0);
     Err(FenceError::Refused(match kind.as_str() {
@@ -318,6 +379,10 @@ pub enum TermWriteError {
     /// Redis could not be asked.
     #[error("redis: {0}")]
     Redis(redis::RedisError),
+    /// The write would take the job past its storage quota; nothing was written and the term
+    /// goes on.
+    #[error("{0}")]
+    QuotaExceeded(QuotaUsage),
     /// The write was applied on the primary, but fewer replicas than the term requires
     /// acknowledged it in time: it may be lost if the primary fails over.
     #[error(
@@ -345,32 +410,17 @@ pub async fn write_in_term<C: ConnectionLike>(
     term: &Term,
     write: TermWrite<'_>,
 ) -> Result<(), TermWriteError> {
-    term_write(conn, keys, term, write).await.map(|_| ())
+    term_write(conn, keys, term, write).await.map(drop)
 }
 
-/// [`write_in_term`] in create mode: sets `key` only if it does not exist. `Ok(false)`: it
-/// existed, nothing was written.
-pub async fn create_in_term<C: ConnectionLike>(
-    conn: &mut C,
-    keys: &JobKeys,
-    term: &Term,
-    key: String,
-    value: &[u8],
-) -> Result<bool, TermWriteError> {
-    let sets = [(key, value)];
-    let write = TermWrite {
-        create: true,
-        ..TermWrite::new(&sets, &[])
-    };
-    term_write(conn, keys, term, write).await
-}
-
-async fn term_write<C: ConnectionLike>(
+/// [`write_in_term`], saying what was written: whether a `create` created its key, and the
+/// job's storage after a write counted against its quota (a guest's `store` writes).
+pub async fn term_write<C: ConnectionLike>(
     conn: &mut C,
     keys: &JobKeys,
     term: &Term,
     write: TermWrite<'_>,
-) -> Result<bool, TermWriteError> {
+) -> Result<Written, TermWriteError> {
     let (writes, deletes) = (write.sets, write.deletes);
     let token = term.token();
     let sent_ms = mono_ms(std::time::Instant::now());
@@ -396,21 +446,23 @@ async fn term_write<C: ConnectionLike>(
                 crate::metrics::get().fence_refused(keys.job());
                 Err(TermWriteError::Refused(refusal))
             }
+            Some(Err(FenceError::Quota(usage))) => Err(TermWriteError::QuotaExceeded(usage)),
             Some(Err(FenceError::Redis(e))) => Err(TermWriteError::Redis(e)),
             None => Err(TermWriteError::Ended),
         }
     };
     let outcome = match (outcome, term.replicas()) {
-        (Ok(applied), Some(r)) => wait_for_replicas(conn, term, r).await.map(|()| applied),
+        (Ok(written), Some(r)) => wait_for_replicas(conn, term, r).await.map(|()| written),
         (outcome, _) => outcome,
     };
     let result = match &outcome {
-        Ok(true) => "accepted",
-        Ok(false) => "exists",
+        Ok(w) if w.created => "accepted",
+        Ok(_) => "exists",
         Err(TermWriteError::Ended) => "ended",
         Err(TermWriteError::Refused(_)) => "refused",
         Err(TermWriteError::Redis(_)) => "unavailable",
         Err(TermWriteError::NotReplicated { .. }) => "unreplicated",
+        Err(TermWriteError::QuotaExceeded(_)) => "quota",
     };
     tracing::debug!(
         token,

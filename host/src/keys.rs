@@ -103,6 +103,12 @@ impl JobKeys {
         format!("{}corrupt:{period}", self.prefix)
     }
 
+    /// What the job keeps in its store (hash: `keys`, `bytes`), counted by the fenced-write
+    /// script with every guest write (see [`crate::quota`]).
+    pub fn usage(&self) -> String {
+        format!("{}usage", self.prefix)
+    }
+
     /// `SCAN` pattern of every corrupt record kept aside.
     pub fn corrupt_pattern(&self) -> String {
         format!("{}corrupt:*", self.prefix)

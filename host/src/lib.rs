@@ -10,7 +10,8 @@
 //!   `jobs_dir` — the watched jobs directory (add, replace, remove, partial writes);
 //!   `catalog` — what the node serves, as the HTTP API reads it.
 //! * [`elector`] — the per-job election state machine; [`term`] — a term and its local deadline.
-//! * [`lease`] and [`fence`] — the Redis scripts that make election and fencing atomic.
+//! * [`lease`] and [`fence`] — the Redis scripts that make election and fencing atomic;
+//!   [`quota`] — per-job storage quotas, counted by the fenced-write script.
 //! * `runner` — drives a job's runs while leading (its rules are pure functions in
 //!   `runner::decide`); [`runs`] — run records, checkpoints, requests.
 //! * [`runtime`] — the wasmtime wrapper and the host side of the `job` world (`wit/job.wit`):
@@ -39,6 +40,7 @@ pub mod lease;
 pub mod logging;
 pub(crate) mod metrics;
 pub mod node;
+pub mod quota;
 pub mod redis_conn;
 mod runner;
 pub mod runs;

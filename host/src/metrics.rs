@@ -1,7 +1,8 @@
 //! Prometheus metrics (`GET /metrics`, OpenMetrics text), one registry per process.
 //!
 //! The metrics, their types, labels and meaning are listed in one place: README.md, "Metrics".
-//! Adding one: register it here, add its row there, and assert it in `tests/integration/operate.rs`.
+//! Adding one: register it here, add its row there, and assert it from a live node (most are in
+//! `tests/integration/operate.rs`).
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -74,6 +75,12 @@ pub(crate) struct Metrics {
     /// See the module table.
     pub runs: Family<RunLabel, Counter>,
     /// See the module table.
+    pub stored_keys: Family<JobLabel, Gauge>,
+    /// See the module table.
+    pub stored_bytes: Family<JobLabel, Gauge>,
+    /// See the module table.
+    pub quota_refusals: Family<JobLabel, Counter>,
+    /// See the module table.
     pub jobs: Gauge,
     /// See the module table.
     pub refused_files: Gauge,
@@ -102,6 +109,9 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         guest_traps: Family::default(),
         guest_timeouts: Family::default(),
         runs: Family::default(),
+        stored_keys: Family::default(),
+        stored_bytes: Family::default(),
+        quota_refusals: Family::default(),
         jobs: Gauge::default(),
         refused_files: Gauge::default(),
         registry: Registry::default(),
@@ -155,6 +165,21 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "runs",
         "Runs that reached a final state on this node",
         m.runs.clone(),
+    );
+    registry.register(
+        "job_stored_keys",
+        "Keys the job keeps in its store, as of this node's last write for it",
+        m.stored_keys.clone(),
+    );
+    registry.register(
+        "job_stored_bytes",
+        "Bytes (keys and values) the job keeps in its store, as of this node's last write for it",
+        m.stored_bytes.clone(),
+    );
+    registry.register(
+        "quota_refusals",
+        "Guest writes refused by the job's storage quota on this node",
+        m.quota_refusals.clone(),
     );
     registry.register("jobs", "Jobs this node serves", m.jobs.clone());
     registry.register(
@@ -246,6 +271,18 @@ impl Metrics {
             }
             _ => {}
         }
+    }
+
+    /// A write of the job left it keeping `keys` keys and `bytes` bytes.
+    pub(crate) fn stored(&self, name: &str, keys: u64, bytes: u64) {
+        let g = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        self.stored_keys.get_or_create(&job(name)).set(g(keys));
+        self.stored_bytes.get_or_create(&job(name)).set(g(bytes));
+    }
+
+    /// The job's storage quota refused one of its writes.
+    pub(crate) fn quota_refused(&self, name: &str) {
+        self.quota_refusals.get_or_create(&job(name)).inc();
     }
 
     /// A run of the job reached the final `status` on this node.

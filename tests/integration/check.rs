@@ -26,7 +26,9 @@ fn a_valid_job_prints_its_spec() {
         "name:       reconciliation",
         "schedule:   0 30 2 * * * (Europe/London)",
         "memory:     512 MiB",
+        "quota:      100000 keys, 256 MiB",
         "component:  sha256:",
+        "world:      leasehold:job@0.3.0",
     ] {
         assert!(out.contains(needle), "{needle:?} missing:\n{out}");
     }
@@ -72,7 +74,7 @@ fn bad_files_are_refused_with_the_file_and_the_reason() {
     let (code, _, err) = check(&guests().wasm("otherworld"));
     assert_eq!(code, 1);
     assert!(
-        err.contains("is refused: does not implement the leasehold:job/job world"),
+        err.contains("is refused: does not implement the leasehold:job/job@0.3.0 world"),
         "{err}"
     );
     // A huge file is refused unread (sparse: it takes no disk space).
@@ -140,6 +142,8 @@ fn check_applies_the_host_limits_it_is_given() {
         std::ffi::OsStr::new("16MiB"),
         std::ffi::OsStr::new("--max-step-time"),
         std::ffi::OsStr::new("5s"),
+        std::ffi::OsStr::new("--max-stored-keys"),
+        std::ffi::OsStr::new("50"),
     ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -147,7 +151,14 @@ fn check_applies_the_host_limits_it_is_given() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    for needle in ["memory:     16 MiB", "step time:  5s", "write size: 1 MiB"] {
+    // The ticker is built to the previous world, 0.2.0, which the host still loads.
+    for needle in [
+        "memory:     16 MiB",
+        "step time:  5s",
+        "write size: 1 MiB",
+        "quota:      50 keys, 256 MiB",
+        "world:      leasehold:job@0.2.0",
+    ] {
         assert!(stdout.contains(needle), "{needle:?} missing:\n{stdout}");
     }
     let (code, _, _) = check(&ticker);

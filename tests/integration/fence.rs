@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
-use leasehold::fence::{self, FenceError, Refusal};
+use leasehold::fence::{self, FenceError, Refusal, TermWrite, Written};
 use leasehold::keys::JobKeys;
 use leasehold::lease::{self, Acquired};
+use leasehold::quota::{self, Quota, QuotaUsage};
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 
@@ -157,6 +158,88 @@ async fn tokens_keep_growing_when_the_counter_or_everything_is_lost() {
             assert!(matches!(err, FenceError::Refused(_)), "after {what}: {err}");
             last = token;
         }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn guest_writes_are_counted_and_refused_past_the_storage_quota() {
+    deadline(Duration::from_secs(30), async {
+        let redis = RedisServer::start().await;
+        let mut c = redis.conn().await;
+        let k = JobKeys::new("quota");
+        let t = grant(&mut c, &k, "a:1").await;
+        let quota = Quota {
+            keys: 2,
+            bytes: 1000,
+        };
+        // Each data key counts its full key's length and its value's.
+        let size = |key: &str, value: usize| (k.data(key).len() + value) as u64;
+        let mut write = async |key: &str, value: Vec<u8>, create: bool| {
+            let sets = [(k.data(key), value.as_slice())];
+            let w = TermWrite {
+                create,
+                quota: Some(quota),
+                ..TermWrite::new(&sets, &[])
+            };
+            fence::invoke(&mut c, &k, ("a:1", t), &w).await
+        };
+        let first = write("a", vec![1; 10], false).await.unwrap();
+        assert_eq!(first.usage, Some((1, size("a", 10))));
+        let second = write("b", vec![1; 10], false).await.unwrap();
+        let both = size("a", 10) + size("b", 10);
+        assert_eq!(second.usage, Some((2, both)));
+        // A third key is past the quota of keys: refused, nothing written.
+        let err = write("c", vec![1; 10], false).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                FenceError::Quota(QuotaUsage {
+                    keys: 3,
+                    max_keys: 2,
+                    max_bytes: 1000,
+                    ..
+                })
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("storage quota exceeded"), "{err}");
+        // Growing a key past the quota of bytes: refused, the old value stays.
+        let err = write("a", vec![2; 990], false).await.unwrap_err();
+        assert!(
+            matches!(err, FenceError::Quota(QuotaUsage { keys: 2, .. })),
+            "{err}"
+        );
+        // Shrinking is always allowed, and counted.
+        let shrunk = write("a", vec![3; 4], false).await.unwrap();
+        assert_eq!(shrunk.usage, Some((2, size("a", 4) + size("b", 10))));
+        // A create that finds its key writes and counts nothing.
+        let existing = write("b", vec![9; 500], true).await.unwrap();
+        assert_eq!(
+            existing,
+            Written {
+                created: false,
+                usage: None
+            }
+        );
+        let mut c = redis.conn().await;
+        let (keys, bytes) = quota::usage(&mut c, &k).await.unwrap();
+        assert_eq!((keys, bytes), (2, size("a", 4) + size("b", 10)));
+        let c_value: Option<Vec<u8>> = c.get(k.data("c")).await.unwrap();
+        assert_eq!(c_value, None);
+        let a_value: Vec<u8> = c.get(k.data("a")).await.unwrap();
+        assert_eq!(a_value, vec![3; 4]);
+        // The host's own records are not counted.
+        fence::write(
+            &mut c,
+            &k,
+            "a:1",
+            t,
+            &[(k.run("2026-11-02"), b"{}".as_slice())],
+        )
+        .await
+        .unwrap();
+        assert_eq!(quota::usage(&mut c, &k).await.unwrap(), (keys, bytes));
     })
     .await;
 }

@@ -12,7 +12,7 @@ use redis::AsyncCommands;
 use serde_json::Value;
 
 use crate::harness::{
-    HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, guests, run_record, wait_for,
+    HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, guests, http, run_record, wait_for,
 };
 
 /// What a hostile run left behind.
@@ -57,6 +57,11 @@ fn millis(rfc3339: &Value) -> i64 {
 /// Runs the probe in `mode` beside the ticker and checks everything a hostile guest must not
 /// disturb. Returns the probe's final record (`failed`, or `done` for `end_status == "done"`).
 async fn hostile(mode: &str, end_status: &str) -> Aftermath {
+    hostile_with(mode, end_status, None).await
+}
+
+/// [`hostile`], with a sidecar for the probe.
+async fn hostile_with(mode: &str, end_status: &str, sidecar: Option<&str>) -> Aftermath {
     let redis = RedisServer::start().await;
     let dir = TempDir::new(&format!("hostile-{mode}"));
     let (jobs, data) = (dir.join("jobs"), dir.join("data"));
@@ -72,7 +77,12 @@ async fn hostile(mode: &str, end_status: &str) -> Aftermath {
         &jobs,
         "n1",
         ("3s", "500ms"),
-        &["--data-dir", data.to_str().unwrap()],
+        &[
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--http",
+            "127.0.0.1:0",
+        ],
     );
     let mut c = redis.conn().await;
     let owner: String = wait_for("n1 to lead the ticker", Duration::from_secs(60), || async {
@@ -80,6 +90,9 @@ async fn hostile(mode: &str, end_status: &str) -> Aftermath {
     })
     .await;
     let fence_before: Option<String> = c.hget("lh:{ticker}:fence", "token").await.unwrap();
+    if let Some(text) = sidecar {
+        std::fs::write(jobs.join("probe.toml"), text).unwrap();
+    }
     std::fs::copy(guests().wasm("probe"), jobs.join("probe.wasm")).unwrap();
 
     let period = probe_period();
@@ -144,6 +157,7 @@ async fn hostile(mode: &str, end_status: &str) -> Aftermath {
             "requested",
             "cursor",
             "last",
+            "usage",
         ]
         .contains(&rest)
             || rest.starts_with("run:")
@@ -320,6 +334,46 @@ async fn a_log_flood_is_cut_to_the_per_step_limit() {
             stderr_lines <= 65,
             "{stderr_lines} stderr lines kept (64 KiB of 1 KiB lines)"
         );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_job_writing_without_bound_stops_at_its_quota_while_the_other_runs_on() {
+    deadline(Duration::from_secs(150), async {
+        let a = hostile_with("fill", "failed", Some("[quota]\nkeys = 50\n")).await;
+        // The step failed on its own refused write, recorded with the figures.
+        failed_with(
+            &a,
+            "quota-exceeded",
+            "storage quota exceeded: the write would keep 51 keys",
+        );
+        failed_with(&a, "quota-exceeded", "(the quota is 50 keys and 256 MiB)");
+        failed_with(
+            &a,
+            "quota-exceeded",
+            "store.write refused after 50 keys: quota-exceeded(51 keys",
+        );
+        let mut c = a._redis.conn().await;
+        let kept: Vec<String> = c.keys("lh:{probe}:data:fill/*").await.unwrap();
+        assert_eq!(kept.len(), 50, "keys written up to the quota, none beyond");
+        // The usage is served per job, and in the metrics.
+        let addr = a.host.http_addr(Duration::from_secs(30)).await;
+        let (code, job) = http(&addr, "GET", "/v1/jobs/probe", None).await;
+        assert_eq!(code, 200, "{job}");
+        assert_eq!(job["limits"]["stored_keys"], 50, "{job}");
+        let storage = &job["status"]["storage"];
+        assert_eq!(storage["keys"], 50, "{job}");
+        assert_eq!(storage["max_keys"], 50, "{job}");
+        assert!(storage["bytes"].as_u64().unwrap() > 50 * 100, "{job}");
+        let (_, metrics) = http(&addr, "GET", "/metrics", None).await;
+        let metrics = metrics.as_str().unwrap();
+        for series in [
+            "leasehold_job_stored_keys{job=\"probe\"} 50",
+            "leasehold_quota_refusals_total{job=\"probe\"} 1",
+        ] {
+            assert!(metrics.contains(series), "{series} missing:\n{metrics}");
+        }
     })
     .await;
 }

@@ -31,6 +31,8 @@ impl Guest for Billing {
                 max_memory_bytes: 0,
                 max_step_millis: 60_000,
                 max_write_bytes: 0,
+                max_stored_keys: 0,
+                max_stored_bytes: 0,
             },
             // A billing day is never skipped: a week of missed days is caught up, oldest first.
             policies: Policies {

@@ -17,6 +17,8 @@ impl Guest for NetJob {
                 max_memory_bytes: 0,
                 max_step_millis: 0,
                 max_write_bytes: 0,
+                max_stored_keys: 0,
+                max_stored_bytes: 0,
             },
             policies: Policies {
                 catch_up: CatchUp::Latest,

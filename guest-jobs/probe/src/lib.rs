@@ -14,7 +14,9 @@
 //! - `big-write`: write a value larger than the job's write limit (and fail with the error);
 //! - `big-state`: return a checkpoint larger than the job's write limit;
 //! - `keys`: write keys outside the namespace and odd keys (and fail listing each error);
-//! - `log-flood`: write 100,000 log lines and 1 MiB of stderr, then finish.
+//! - `log-flood`: write 100,000 log lines and 1 MiB of stderr, then finish;
+//! - `fill`: write new keys in a loop, without bound, until a write is refused (and fail with
+//!   the error): a job that would fill Redis, stopped by its storage quota.
 
 wit_bindgen::generate!({ world: "job", path: "../../wit" });
 
@@ -33,6 +35,8 @@ impl Guest for Probe {
                 max_memory_bytes: 0,
                 max_step_millis: 3_000,
                 max_write_bytes: 1024,
+                max_stored_keys: 0,
+                max_stored_bytes: 0,
             },
             policies: Policies {
                 catch_up: CatchUp::Latest,
@@ -74,6 +78,23 @@ impl Guest for Probe {
                 };
             }
             "big-state" => return Ok(StepOutcome::Continue(vec![7u8; 64 * 1024])),
+            "fill" => {
+                let mut n: u64 = 0;
+                loop {
+                    match store::write(&format!("fill/{}/{n}", run.attempt), &[1u8; 100]) {
+                        Ok(()) => n += 1,
+                        Err(store::WriteError::Fenced(_) | store::WriteError::NotLeader) => {
+                            return Err(JobError::LostLeadership);
+                        }
+                        Err(e) => {
+                            return Err(JobError::Failed(format!(
+                                "store.write refused after {n} keys: {}",
+                                describe(&e)
+                            )));
+                        }
+                    }
+                }
+            }
             "keys" => {
                 let long = "k".repeat(10_000);
                 let keys = [
@@ -177,6 +198,10 @@ fn describe(e: &store::WriteError) -> String {
         store::WriteError::NotLeader => "not-leader".into(),
         store::WriteError::Fenced(m) => format!("fenced({m})"),
         store::WriteError::Unavailable(m) => format!("unavailable({m})"),
+        store::WriteError::QuotaExceeded(u) => format!(
+            "quota-exceeded({} keys and {} bytes, quota {} keys and {} bytes)",
+            u.keys, u.bytes, u.max_keys, u.max_bytes
+        ),
     }
 }
 

@@ -82,6 +82,12 @@ fn put(key: &str, value: &[u8]) -> Result<(), JobError> {
                     value.len()
                 )));
             }
+            Err(store::WriteError::QuotaExceeded(u)) => {
+                return Err(JobError::Failed(format!(
+                    "writing {key} would keep {} keys and {} bytes, past the job's quota of {} keys and {} bytes",
+                    u.keys, u.bytes, u.max_keys, u.max_bytes
+                )));
+            }
         }
     }
 }
@@ -190,6 +196,8 @@ impl Guest for Reconciliation {
                 max_memory_bytes: 512 << 20,
                 max_step_millis: 120_000,
                 max_write_bytes: 16 << 20,
+                max_stored_keys: 0,
+                max_stored_bytes: 0,
             },
             policies: Policies {
                 catch_up: CatchUp::Latest,

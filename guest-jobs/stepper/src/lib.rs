@@ -18,6 +18,8 @@ impl Guest for Stepper {
                 max_memory_bytes: 0,
                 max_step_millis: 120_000,
                 max_write_bytes: 0,
+                max_stored_keys: 0,
+                max_stored_bytes: 0,
             },
             policies: Policies {
                 catch_up: CatchUp::Latest,

@@ -1,8 +1,11 @@
 //! Test fixture: a cheap job that fires every second; its one step writes `tick/<period>`
 //! through the fence. Tests run it beside a misbehaving job to show it keeps its lease and its
 //! schedule.
+//!
+//! It is built to the previous world, 0.2.0 (`wit/v0.2.0`), on purpose: every test that runs
+//! it shows that components built before storage quotas still load and run.
 
-wit_bindgen::generate!({ world: "job", path: "../../wit" });
+wit_bindgen::generate!({ world: "job", path: "../../wit/v0.2.0" });
 
 use leasehold::job::store;
 use leasehold::job::types::{CatchUp, Limits, Overlap, Policies};

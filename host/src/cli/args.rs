@@ -91,6 +91,13 @@ pub(crate) struct LimitArgs {
     /// Guest log lines kept per step; the rest are counted and dropped.
     #[arg(long, env = "LEASEHOLD_GUEST_LOG_LINES", default_value_t = 200)]
     pub guest_log_lines: u32,
+    /// Largest storage quota a job may have, in keys (a job that asks for none gets 100,000).
+    #[arg(long, env = "LEASEHOLD_MAX_STORED_KEYS", default_value_t = 1_000_000)]
+    pub max_stored_keys: u64,
+    /// Largest storage quota a job may have, in bytes of keys and values (a job that asks for
+    /// none gets 256 MiB).
+    #[arg(long, env = "LEASEHOLD_MAX_STORED_BYTES", value_parser = parse_size, default_value = "1GiB")]
+    pub max_stored_bytes: u64,
 }
 
 impl LimitArgs {
@@ -102,6 +109,8 @@ impl LimitArgs {
             max_write_size: self.max_write_size,
             max_component_size: self.max_component_size,
             guest_log_lines: self.guest_log_lines,
+            max_stored_keys: self.max_stored_keys,
+            max_stored_bytes: self.max_stored_bytes,
         }
     }
 }

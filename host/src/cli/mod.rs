@@ -83,12 +83,14 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             show(t.redis_timeout)
         );
         println!(
-            "limits:      memory {}, step time {}, write {}, component {}, guest log lines {}",
+            "limits:      memory {}, step time {}, write {}, component {}, guest log lines {}, quota {} keys and {}",
             show_size(l.memory.1),
             show(l.step_time.1),
             show_size(l.write_bytes.1),
             show_size(l.component_bytes),
-            l.log_lines
+            l.log_lines,
+            l.stored_keys.1,
+            show_size(l.stored_bytes.1)
         );
         println!(
             "redis:       {}",
@@ -149,6 +151,7 @@ async fn check(file: PathBuf, limits: LimitArgs) -> anyhow::Result<()> {
     println!("{} is a valid leasehold job", file.display());
     println!("{}", job.spec);
     println!("component:  {}", job.hash);
+    println!("world:      leasehold:job@{}", job.world());
     if let Some(hash) = &job.sidecar {
         println!(
             "sidecar:    {} ({hash})",

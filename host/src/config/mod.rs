@@ -14,6 +14,8 @@
 //! | `max-step-time` | at least 100ms, at most 1 day |
 //! | `max-write-size` | at least 1 KiB |
 //! | `max-component-size` | at least 64 KiB |
+//! | `max-stored-keys` | at least 1 |
+//! | `max-stored-bytes` | at least 1 KiB |
 //! | `cache-dir` | not inside `jobs-dir` (whoever can drop a job there could plant compiled code) |
 //! | `http-token` | not empty when set |
 //! | `redis-url` | `redis://`, `rediss://` or `unix://` (no Sentinel or Cluster URLs) |
@@ -54,6 +56,10 @@ pub enum Setting {
     MaxWriteSize,
     /// `--max-component-size`.
     MaxComponentSize,
+    /// `--max-stored-keys`.
+    MaxStoredKeys,
+    /// `--max-stored-bytes`.
+    MaxStoredBytes,
     /// `--cache-dir`.
     CacheDir,
     /// `--http-token`.
@@ -77,6 +83,8 @@ impl Setting {
             Setting::MaxStepTime => "max-step-time",
             Setting::MaxWriteSize => "max-write-size",
             Setting::MaxComponentSize => "max-component-size",
+            Setting::MaxStoredKeys => "max-stored-keys",
+            Setting::MaxStoredBytes => "max-stored-bytes",
             Setting::CacheDir => "cache-dir",
             Setting::HttpToken => "http-token",
             Setting::ReplicaTimeout => "replica-timeout",
@@ -133,6 +141,10 @@ pub struct RawLimits {
     pub max_component_size: u64,
     /// Guest log lines kept per step.
     pub guest_log_lines: u32,
+    /// The largest storage quota a job may have, in keys.
+    pub max_stored_keys: u64,
+    /// The largest storage quota a job may have, in bytes.
+    pub max_stored_bytes: u64,
 }
 
 impl RawLimits {
@@ -149,7 +161,8 @@ impl RawLimits {
             self.max_write_size,
             self.max_component_size,
             self.guest_log_lines,
-        ))
+        )
+        .with_quota(self.max_stored_keys, self.max_stored_bytes))
     }
 
     fn check(&self, bad: &mut Vec<Violation>) {
@@ -186,6 +199,21 @@ impl RawLimits {
                 format!(
                     "max-write-size ({}) must be at least 1 KiB",
                     show_size(self.max_write_size)
+                ),
+            ));
+        }
+        if self.max_stored_keys == 0 {
+            bad.push(Violation::new(
+                Setting::MaxStoredKeys,
+                "max-stored-keys (0) must be at least 1".into(),
+            ));
+        }
+        if self.max_stored_bytes < 1 << 10 {
+            bad.push(Violation::new(
+                Setting::MaxStoredBytes,
+                format!(
+                    "max-stored-bytes ({}) must be at least 1 KiB",
+                    show_size(self.max_stored_bytes)
                 ),
             ));
         }

@@ -20,6 +20,8 @@ fn raw() -> RawConfig {
             max_write_size: 16 << 20,
             max_component_size: 64 << 20,
             guest_log_lines: 200,
+            max_stored_keys: 1_000_000,
+            max_stored_bytes: 1 << 30,
         },
         allow_evicting_redis: false,
         min_replicas: 0,
@@ -41,6 +43,7 @@ fn every_violation_names_its_setting_and_all_are_reported() {
     r.node_id = Some("a:b".into());
     r.heartbeat = Duration::from_secs(4);
     r.limits.max_memory = 1000;
+    r.limits.max_stored_bytes = 100;
     r.cache_dir = Some("/srv/jobs/.cache".into());
     r.http_token = Some(String::new());
     let e = NodeConfig::from_raw(r).unwrap_err();
@@ -51,6 +54,7 @@ fn every_violation_names_its_setting_and_all_are_reported() {
             Setting::NodeId,
             Setting::Heartbeat,
             Setting::MaxMemory,
+            Setting::MaxStoredBytes,
             Setting::CacheDir,
             Setting::HttpToken
         ],
@@ -63,6 +67,10 @@ fn every_violation_names_its_setting_and_all_are_reported() {
     );
     assert!(
         text.contains("max-memory (1000 bytes) must be at least 1 MiB"),
+        "{text}"
+    );
+    assert!(
+        text.contains("max-stored-bytes (100 bytes) must be at least 1 KiB"),
         "{text}"
     );
 }

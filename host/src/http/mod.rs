@@ -257,25 +257,35 @@ async fn set_paused(api: Api, name: String, paused: bool) -> Result<Response, Ap
     Ok(Json(json!({ "job": name, "paused": paused })).into_response())
 }
 
+/// What a job's status reads from Redis in one pipeline: lease owner, its PTTL, the fence's
+/// token, the pause flag, the last run's period, and the storage count (keys, bytes).
+type StatusReads = (
+    Option<String>,
+    i64,
+    Option<u64>,
+    bool,
+    Option<String>,
+    (Option<u64>, Option<u64>),
+);
+
 /// One job's status as this node sees it.
 async fn job_status(api: &Api, name: &str, view: &JobView) -> Result<serde_json::Value, ApiError> {
     let keys = JobKeys::new(name);
     let mut conn = api.conn.clone();
-    let (owner, pttl, token, paused, last): (
-        Option<String>,
-        i64,
-        Option<u64>,
-        bool,
-        Option<String>,
-    ) = redis::pipe()
-        .get(keys.lease())
-        .pttl(keys.lease())
-        .hget(keys.fence(), "token")
-        .exists(keys.paused())
-        .get(keys.last_run())
-        .query_async(&mut conn)
-        .await
-        .map_err(unavailable)?;
+    let (owner, pttl, token, paused, last, (stored_keys, stored_bytes)): StatusReads =
+        redis::pipe()
+            .get(keys.lease())
+            .pttl(keys.lease())
+            .hget(keys.fence(), "token")
+            .exists(keys.paused())
+            .get(keys.last_run())
+            .cmd("HMGET")
+            .arg(keys.usage())
+            .arg("keys")
+            .arg("bytes")
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
     let last_run = match last {
         Some(period) => runs::read(&mut conn, &keys, &period)
             .await
@@ -305,6 +315,12 @@ async fn job_status(api: &Api, name: &str, view: &JobView) -> Result<serde_json:
         "last_run": last_run,
         "next_run": next.map(|p| json!({ "period": p.id, "at": p.fire.to_rfc3339() })),
         "component": view.job.hash,
+        "storage": {
+            "keys": stored_keys.unwrap_or(0),
+            "bytes": stored_bytes.unwrap_or(0),
+            "max_keys": view.job.spec.limits.stored_keys,
+            "max_bytes": view.job.spec.limits.stored_bytes,
+        },
     }))
 }
 
@@ -323,7 +339,10 @@ fn spec_json(view: &JobView) -> serde_json::Value {
             "memory_bytes": spec.limits.memory,
             "step_ms": ms(spec.limits.step_time),
             "write_bytes": spec.limits.write_bytes,
+            "stored_keys": spec.limits.stored_keys,
+            "stored_bytes": spec.limits.stored_bytes,
         },
+        "world": view.job.world(),
         "policies": {
             "catch_up": match p.catch_up { CatchUp::Latest => "latest", CatchUp::Skip => "skip", CatchUp::All => "all" },
             "catch_up_window_ms": ms(p.catch_up_window),

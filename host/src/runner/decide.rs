@@ -128,6 +128,7 @@ pub(crate) fn failure_kind(e: &StepError) -> FailureKind {
         StepError::Trap(_) => FailureKind::Trap,
         StepError::MemoryLimit(_) => FailureKind::MemoryLimit,
         StepError::Timeout(_) => FailureKind::Timeout,
+        StepError::QuotaExceeded(_) => FailureKind::QuotaExceeded,
         _ => FailureKind::JobError,
     }
 }
@@ -143,6 +144,7 @@ pub(crate) fn outcome_word(outcome: &Result<StepOutcome, StepError>) -> &'static
         Err(StepError::Timeout(_)) => "timeout",
         Err(StepError::Trap(_)) => "trap",
         Err(StepError::MemoryLimit(_)) => "memory-limit",
+        Err(StepError::QuotaExceeded(_)) => "quota-exceeded",
         Err(StepError::Host(_)) => "host",
     }
 }

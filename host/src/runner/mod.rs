@@ -310,9 +310,13 @@ impl Runner {
         match fence::write_in_term(&mut conn, &self.keys, term, write).await {
             Ok(()) => Ok(()),
             Err(TermWriteError::Ended | TermWriteError::Refused(_)) => Err(RunEnd::Lost),
-            Err(e @ (TermWriteError::Redis(_) | TermWriteError::NotReplicated { .. })) => {
-                Err(RunEnd::Interrupted(e.to_string()))
-            }
+            // The runner's own records carry no quota; a refusal would be a host bug, and the
+            // run is interrupted, not failed, if one ever came back.
+            Err(
+                e @ (TermWriteError::Redis(_)
+                | TermWriteError::NotReplicated { .. }
+                | TermWriteError::QuotaExceeded(_)),
+            ) => Err(RunEnd::Interrupted(e.to_string())),
         }
     }
 

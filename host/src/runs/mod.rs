@@ -112,6 +112,8 @@ pub enum FailureKind {
     Timeout,
     /// A step returned a checkpoint larger than the job's write limit.
     StateTooLarge,
+    /// A write would have taken the job past its storage quota (see [`crate::quota`]).
+    QuotaExceeded,
     /// The run was started by a component version this host does not have; a run never mixes
     /// versions.
     VersionChanged,

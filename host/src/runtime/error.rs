@@ -21,6 +21,10 @@ pub enum StepError {
     /// The guest tried to grow its memory past the job's memory limit.
     #[error("memory limit exceeded: {0}")]
     MemoryLimit(String),
+    /// A write would have taken the job past its storage quota, and the step then failed (or,
+    /// for a 0.2.0 component, which cannot be told, was stopped).
+    #[error("{0}")]
+    QuotaExceeded(String),
     /// The host could not run the step (e.g. the data directory could not be opened). Not the
     /// job's fault: the run is retried, not failed.
     #[error("host could not run the step: {0}")]

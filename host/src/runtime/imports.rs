@@ -13,6 +13,7 @@ use super::error::StepError;
 use super::sandbox::{GuestOutput, JobLimiter};
 use crate::fence::{self, Refusal, TermWriteError};
 use crate::keys::JobKeys;
+use crate::quota::{Quota, QuotaUsage};
 use crate::spec::Limits;
 use crate::term::Term;
 
@@ -43,9 +44,13 @@ pub struct HostState {
     pub(super) limits: JobLimiter,
     pub(super) step: Option<StepContext>,
     max_write: u64,
+    quota: Quota,
     pub(super) deadline: Instant,
     pub(super) interrupt: Option<StepError>,
     pub(super) refusal: Option<Refusal>,
+    /// The last write the quota refused in this step: a step that then fails is recorded as
+    /// `quota-exceeded`.
+    pub(super) quota_refused: Option<QuotaUsage>,
     log_lines: u32,
     max_log_lines: u32,
     pub(super) log_dropped: u32,
@@ -103,9 +108,14 @@ impl HostState {
             limits: JobLimiter::new(limits.memory),
             step,
             max_write: limits.write_bytes,
+            quota: Quota {
+                keys: limits.stored_keys,
+                bytes: limits.stored_bytes,
+            },
             deadline: Instant::now() + limits.step_time,
             interrupt: None,
             refusal: None,
+            quota_refused: None,
             log_lines: 0,
             max_log_lines,
             log_dropped: 0,
@@ -144,6 +154,105 @@ impl HostState {
                 Err(store::WriteError::Unavailable(e.to_string()))
             }
             Err(TermWriteError::Ended) => Err(store::WriteError::NotLeader),
+            Err(TermWriteError::QuotaExceeded(usage)) => {
+                self.quota_refused = Some(usage);
+                Err(store::WriteError::QuotaExceeded(store::QuotaUsage {
+                    keys: usage.keys,
+                    bytes: usage.bytes,
+                    max_keys: usage.max_keys,
+                    max_bytes: usage.max_bytes,
+                }))
+            }
+        }
+    }
+
+    /// `store.write`, for every world version.
+    pub(super) async fn store_write(
+        &mut self,
+        key: String,
+        value: Vec<u8>,
+    ) -> wasmtime::Result<Result<(), store::WriteError>> {
+        Ok(self.counted_write(key, value, false).await?.map(drop))
+    }
+
+    /// `store.create`, for every world version.
+    pub(super) async fn store_create(
+        &mut self,
+        key: String,
+        value: Vec<u8>,
+    ) -> wasmtime::Result<Result<bool, store::WriteError>> {
+        Ok(self
+            .counted_write(key, value, true)
+            .await?
+            .map(|w| w.created))
+    }
+
+    /// A guest's write: checked, fenced and counted against the job's quota.
+    async fn counted_write(
+        &mut self,
+        key: String,
+        value: Vec<u8>,
+        create: bool,
+    ) -> wasmtime::Result<Result<fence::Written, store::WriteError>> {
+        if let Err(e) = self.check_write(&key, &value) {
+            return Ok(Err(e));
+        }
+        let quota = self.quota;
+        let ctx = self.step()?;
+        let writes = [(ctx.keys.data(&key), value.as_slice())];
+        let write = fence::TermWrite {
+            create,
+            quota: Some(quota),
+            ..fence::TermWrite::new(&writes, &[])
+        };
+        let res = fence::term_write(&mut ctx.conn, &ctx.keys, &ctx.term, write).await;
+        let metrics = crate::metrics::get();
+        match &res {
+            Ok(fence::Written {
+                usage: Some((keys, bytes)),
+                ..
+            }) => metrics.stored(ctx.keys.job(), *keys, *bytes),
+            Err(TermWriteError::QuotaExceeded(_)) => metrics.quota_refused(ctx.keys.job()),
+            _ => {}
+        }
+        Ok(self.write_result(res))
+    }
+
+    /// `store.read`, for every world version.
+    pub(super) async fn store_read(
+        &mut self,
+        key: String,
+    ) -> wasmtime::Result<Result<Option<Vec<u8>>, store::ReadError>> {
+        let ctx = self.step()?;
+        if let Err(reason) = validate_key(&key) {
+            return Ok(Err(store::ReadError::InvalidKey(reason)));
+        }
+        let cmd = redis::cmd("GET").arg(ctx.keys.data(&key)).clone();
+        let res = ctx
+            .term
+            .bound(cmd.query_async::<Option<Vec<u8>>>(&mut ctx.conn))
+            .await;
+        Ok(match res {
+            Some(Ok(v)) => Ok(v),
+            Some(Err(e)) => Err(store::ReadError::Unavailable(e.to_string())),
+            None => Err(store::ReadError::Unavailable("the term ended".into())),
+        })
+    }
+
+    /// `log.write`, for every world version.
+    pub(super) fn log_write(&mut self, level: guest_log::Level, message: String) {
+        if self.log_lines >= self.max_log_lines {
+            self.log_dropped += 1;
+            return;
+        }
+        self.log_lines += 1;
+        let message = crate::logging::clip(message, LOG_LINE_MAX);
+        // The job, node and term come from the runner's spans (see crate::logging).
+        match level {
+            guest_log::Level::Debug => tracing::debug!(guest = true, "{message}"),
+            guest_log::Level::Info => tracing::info!(guest = true, "{message}"),
+            guest_log::Level::Warn => tracing::warn!(guest = true, "{message}"),
+            guest_log::Level::Error => tracing::error!(guest = true, "{message}"),
         }
     }
 }
@@ -173,14 +282,7 @@ impl store::Host for HostState {
         key: String,
         value: Vec<u8>,
     ) -> wasmtime::Result<Result<(), store::WriteError>> {
-        if let Err(e) = self.check_write(&key, &value) {
-            return Ok(Err(e));
-        }
-        let ctx = self.step()?;
-        let writes = [(ctx.keys.data(&key), value.as_slice())];
-        let write = fence::TermWrite::new(&writes, &[]);
-        let res = fence::write_in_term(&mut ctx.conn, &ctx.keys, &ctx.term, write).await;
-        Ok(self.write_result(res))
+        self.store_write(key, value).await
     }
 
     async fn create(
@@ -188,51 +290,20 @@ impl store::Host for HostState {
         key: String,
         value: Vec<u8>,
     ) -> wasmtime::Result<Result<bool, store::WriteError>> {
-        if let Err(e) = self.check_write(&key, &value) {
-            return Ok(Err(e));
-        }
-        let ctx = self.step()?;
-        let key = ctx.keys.data(&key);
-        let res = fence::create_in_term(&mut ctx.conn, &ctx.keys, &ctx.term, key, &value).await;
-        Ok(self.write_result(res))
+        self.store_create(key, value).await
     }
 
     async fn read(
         &mut self,
         key: String,
     ) -> wasmtime::Result<Result<Option<Vec<u8>>, store::ReadError>> {
-        let ctx = self.step()?;
-        if let Err(reason) = validate_key(&key) {
-            return Ok(Err(store::ReadError::InvalidKey(reason)));
-        }
-        let cmd = redis::cmd("GET").arg(ctx.keys.data(&key)).clone();
-        let res = ctx
-            .term
-            .bound(cmd.query_async::<Option<Vec<u8>>>(&mut ctx.conn))
-            .await;
-        Ok(match res {
-            Some(Ok(v)) => Ok(v),
-            Some(Err(e)) => Err(store::ReadError::Unavailable(e.to_string())),
-            None => Err(store::ReadError::Unavailable("the term ended".into())),
-        })
+        self.store_read(key).await
     }
 }
 
 impl guest_log::Host for HostState {
     async fn write(&mut self, level: guest_log::Level, message: String) -> wasmtime::Result<()> {
-        if self.log_lines >= self.max_log_lines {
-            self.log_dropped += 1;
-            return Ok(());
-        }
-        self.log_lines += 1;
-        let message = crate::logging::clip(message, LOG_LINE_MAX);
-        // The job, node and term come from the runner's spans (see crate::logging).
-        match level {
-            guest_log::Level::Debug => tracing::debug!(guest = true, "{message}"),
-            guest_log::Level::Info => tracing::info!(guest = true, "{message}"),
-            guest_log::Level::Warn => tracing::warn!(guest = true, "{message}"),
-            guest_log::Level::Error => tracing::error!(guest = true, "{message}"),
-        }
+        self.log_write(level, message);
         Ok(())
     }
 }

@@ -8,8 +8,9 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 
-use super::bindings::{self, leasehold::job::types};
+use super::bindings::leasehold::job::types;
 use super::cache::Compiled;
+use super::world::WorldPre;
 use super::{HostState, Runtime};
 use crate::spec::{CatchUp, JobSpec, Limits, Overlap, RawSpec, Sidecar};
 
@@ -26,7 +27,15 @@ pub struct LoadedJob {
     pub compiled: Compiled,
     /// `sha256:` of the sidecar file applied to the spec, if there was one.
     pub sidecar: Option<String>,
-    pub(super) pre: bindings::JobPre<HostState>,
+    pub(super) pre: WorldPre,
+}
+
+impl LoadedJob {
+    /// The version of the `leasehold:job` world the component is built to (`0.3.0`, or
+    /// `0.2.0` for a component built before storage quotas).
+    pub fn world(&self) -> &'static str {
+        self.pre.version()
+    }
 }
 
 /// Why a component could not be loaded. The message names the file and the reason.
@@ -168,11 +177,7 @@ impl Runtime {
             .linker
             .instantiate_pre(&component)
             .map_err(|e| fail(format!("needs an import the host does not offer: {e}")))?;
-        let pre = bindings::JobPre::new(pre).map_err(|e| {
-            fail(format!(
-                "does not implement the leasehold:job/job world: {e}"
-            ))
-        })?;
+        let pre = WorldPre::new(pre, &self.engine).map_err(fail)?;
         let described = self
             .describe(&pre)
             .await
@@ -198,19 +203,16 @@ impl Runtime {
         })
     }
 
-    async fn describe(&self, pre: &bindings::JobPre<HostState>) -> anyhow::Result<types::JobSpec> {
+    async fn describe(&self, pre: &WorldPre) -> anyhow::Result<types::JobSpec> {
         let limits = Limits {
             // The most any job may ask for: its own limit is not known before describe().
             memory: self.host_limits.memory.1,
             step_time: Duration::from_secs(5),
-            write_bytes: 0,
+            ..Limits::default()
         };
         let (state, _stderr) = HostState::new(&limits, 0, None)?;
         let mut store = self.store(state);
-        let call = async {
-            let job = pre.instantiate_async(&mut store).await?;
-            job.call_describe(&mut store).await
-        };
+        let call = pre.describe(&mut store);
         match tokio::time::timeout(limits.step_time, call).await {
             Ok(r) => Ok(r?),
             Err(_) => anyhow::bail!(
@@ -233,6 +235,8 @@ fn raw_spec(described: types::JobSpec) -> RawSpec {
             memory: described.limits.max_memory_bytes,
             step_time: Duration::from_millis(described.limits.max_step_millis),
             write_bytes: described.limits.max_write_bytes,
+            stored_keys: described.limits.max_stored_keys,
+            stored_bytes: described.limits.max_stored_bytes,
         },
         catch_up: match p.catch_up {
             types::CatchUp::Latest => CatchUp::Latest,

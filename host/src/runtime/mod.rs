@@ -2,8 +2,9 @@
 //!
 //! * One [`Engine`] per process: component model, async calls, epoch interruption driven by a
 //!   10 ms ticker thread. Every [`Store`] gets an epoch deadline, so no guest runs unchecked.
-//! * Components are compiled once and pre-instantiated ([`bindings::JobPre`]): the import and
-//!   export types are checked at load time, and a run pays only for instantiation.
+//! * Components are compiled once and pre-instantiated ([`bindings::JobPre`], or its 0.2.0
+//!   twin): the import and export types are checked at load time, and a run pays only for
+//!   instantiation.
 //! * A **fresh store per step**, with a [`JobLimiter`] (memory in total, tables, instances) and the job's
 //!   step deadline; a store is dropped after every step, so a trap or an interruption can never
 //!   leave a half-run instance behind.
@@ -25,6 +26,8 @@
 //! * `imports` — [`HostState`], [`StepContext`] and the host imports a guest calls
 //!   (`types`, `leadership`, `store`, `log`, key checks);
 //! * `step` — [`Runtime::run_step`] and [`StepError`];
+//! * `world` — the world versions a component may be built to (0.3.0, and 0.2.0 still
+//!   loaded), one type over both;
 //! * [`sandbox`] — the memory budget and the guest's stderr; [`cache`] — compiled code kept.
 //!
 //! [`JobLimiter`]: sandbox::JobLimiter
@@ -36,6 +39,7 @@ mod imports;
 mod load;
 pub(crate) mod sandbox;
 mod step;
+mod world;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -93,6 +97,8 @@ impl Runtime {
             .map_err(|e| anyhow::anyhow!("linking WASI: {e}"))?;
         bindings::Job::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
             .map_err(|e| anyhow::anyhow!("linking the job world: {e}"))?;
+        world::v0_2::Job::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
+            .map_err(|e| anyhow::anyhow!("linking the job world 0.2.0: {e}"))?;
         let weak = engine.weak();
         std::thread::Builder::new()
             .name("epoch-ticker".into())
@@ -126,7 +132,7 @@ impl Runtime {
     pub async fn instantiate(&self, job: &LoadedJob) -> anyhow::Result<()> {
         let (state, _stderr) = HostState::new(&job.spec.limits, 0, None)?;
         let mut store = self.store(state);
-        job.pre.instantiate_async(&mut store).await?;
+        job.pre.instantiate(&mut store).await?;
         Ok(())
     }
 

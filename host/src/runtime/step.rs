@@ -29,13 +29,7 @@ impl Runtime {
         let mut store = self.store(host_state);
         let hard_deadline = Instant::now() + limits.step_time + EPOCH_TICK * 5;
         let result = {
-            let call = async {
-                let instance = job.pre.instantiate_async(&mut store).await?;
-                let res = store.data_mut().table.push(term.clone())?;
-                instance
-                    .call_run_step(&mut store, res, run, step, state)
-                    .await
-            };
+            let call = job.pre.run_step(&mut store, term.clone(), run, step, state);
             tokio::select! {
                 r = call => Some(r),
                 _ = term.ended() => None,
@@ -48,7 +42,12 @@ impl Runtime {
         let lost = || StepError::LostLeadership(data.refusal.as_ref().map(|r| r.to_string()));
         let outcome = match result {
             Some(Ok(Ok(outcome))) => Ok(outcome),
-            Some(Ok(Err(JobError::Failed(m)))) => Err(StepError::Failed(m)),
+            // A step that fails after the quota refused a write is recorded as such, with
+            // the figures and the job's own words.
+            Some(Ok(Err(JobError::Failed(m)))) => Err(match data.quota_refused {
+                Some(usage) => StepError::QuotaExceeded(format!("{usage}; the job said: {m}")),
+                None => StepError::Failed(m),
+            }),
             Some(Ok(Err(JobError::NotReady(m)))) => Err(StepError::NotReady(m)),
             Some(Ok(Err(JobError::LostLeadership))) => Err(lost()),
             Some(Err(trap)) => Err(match &data.interrupt {

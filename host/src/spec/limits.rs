@@ -15,6 +15,10 @@ pub struct HostLimits {
     pub step_time: (Duration, Duration),
     /// Default and maximum size of one written value (and of a step's checkpoint), in bytes.
     pub write_bytes: (u64, u64),
+    /// Default and maximum storage quota of a job, in keys.
+    pub stored_keys: (u64, u64),
+    /// Default and maximum storage quota of a job, in bytes (keys and values).
+    pub stored_bytes: (u64, u64),
     /// Largest component file the host reads, in bytes.
     pub component_bytes: u64,
     /// Guest log lines kept per step; later lines are counted and dropped.
@@ -25,10 +29,17 @@ pub struct HostLimits {
 const DEFAULT_MEMORY: u64 = 64 << 20;
 const DEFAULT_STEP_TIME: Duration = Duration::from_secs(30);
 const DEFAULT_WRITE_BYTES: u64 = 1 << 20;
+const DEFAULT_STORED_KEYS: u64 = 100_000;
+const DEFAULT_STORED_BYTES: u64 = 256 << 20;
+/// The maxima of the storage quota when no flag says otherwise.
+const MAX_STORED_KEYS: u64 = 1_000_000;
+/// See [`MAX_STORED_KEYS`].
+const MAX_STORED_BYTES: u64 = 1 << 30;
 
 impl Default for HostLimits {
     fn default() -> Self {
         HostLimits::with_maxima(512 << 20, Duration::from_secs(600), 16 << 20, 64 << 20, 200)
+            .with_quota(MAX_STORED_KEYS, MAX_STORED_BYTES)
     }
 }
 
@@ -46,9 +57,19 @@ impl HostLimits {
             memory: (DEFAULT_MEMORY.min(memory), memory),
             step_time: (DEFAULT_STEP_TIME.min(step_time), step_time),
             write_bytes: (DEFAULT_WRITE_BYTES.min(write_bytes), write_bytes),
+            stored_keys: (DEFAULT_STORED_KEYS, MAX_STORED_KEYS),
+            stored_bytes: (DEFAULT_STORED_BYTES, MAX_STORED_BYTES),
             component_bytes,
             log_lines,
         }
+    }
+
+    /// The same, with these maxima of the storage quota (keys, bytes); the defaults are
+    /// 100,000 keys and 256 MiB, or the maximum when that is lower.
+    pub fn with_quota(mut self, keys: u64, bytes: u64) -> Self {
+        self.stored_keys = (DEFAULT_STORED_KEYS.min(keys), keys);
+        self.stored_bytes = (DEFAULT_STORED_BYTES.min(bytes), bytes);
+        self
     }
 }
 
@@ -61,4 +82,8 @@ pub struct Limits {
     pub step_time: Duration,
     /// Largest value one write may carry, in bytes.
     pub write_bytes: u64,
+    /// Most keys the job may keep in its store.
+    pub stored_keys: u64,
+    /// Most bytes (keys and values) the job may keep in its store.
+    pub stored_bytes: u64,
 }

@@ -155,6 +155,8 @@ impl JobSpec {
             memory: pick(asked.memory, host.memory),
             step_time: pick(asked.step_time, host.step_time),
             write_bytes: pick(asked.write_bytes, host.write_bytes),
+            stored_keys: pick(asked.stored_keys, host.stored_keys),
+            stored_bytes: pick(asked.stored_bytes, host.stored_bytes),
         };
         Ok(JobSpec {
             name: raw.name.clone(),
@@ -197,6 +199,12 @@ impl fmt::Display for JobSpec {
             f,
             "write size: {}",
             crate::units::show_size(self.limits.write_bytes)
+        )?;
+        writeln!(
+            f,
+            "quota:      {} keys, {}",
+            self.limits.stored_keys,
+            crate::units::show_size(self.limits.stored_bytes)
         )?;
         let p = &self.policies;
         let show = crate::units::show;
@@ -246,11 +254,7 @@ mod tests {
     #[test]
     fn bad_specs_name_the_field() {
         let host = HostLimits::default();
-        let none = Limits {
-            memory: 0,
-            step_time: Duration::ZERO,
-            write_bytes: 0,
-        };
+        let none = Limits::default();
         let raw = |name: &str, schedule: &str, tz: &str| RawSpec {
             name: name.into(),
             schedule: schedule.into(),
@@ -287,6 +291,8 @@ mod tests {
             memory: 8 << 30,
             step_time: Duration::ZERO,
             write_bytes: 1000,
+            stored_keys: 10,
+            stored_bytes: u64::MAX,
         };
         let raw = RawSpec {
             name: "recon".into(),
@@ -300,5 +306,7 @@ mod tests {
         assert_eq!(spec.limits.memory, host.memory.1);
         assert_eq!(spec.limits.step_time, host.step_time.0);
         assert_eq!(spec.limits.write_bytes, 1000);
+        assert_eq!(spec.limits.stored_keys, 10);
+        assert_eq!(spec.limits.stored_bytes, host.stored_bytes.1);
     }
 }

@@ -26,6 +26,19 @@ pub struct Sidecar {
     pub overlap: Option<Overlap>,
     /// Longest run, e.g. `2h`; `0s` for no limit.
     pub max_run_time: Option<String>,
+    /// `[quota]`: `keys` and `bytes`, the job's storage quota (capped by the host's
+    /// `--max-stored-keys` and `--max-stored-bytes`).
+    pub quota: Option<SidecarQuota>,
+}
+
+/// `[quota]` in a sidecar.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SidecarQuota {
+    /// Most keys the job may keep.
+    pub keys: Option<u64>,
+    /// Most bytes (keys and values) the job may keep, e.g. `64MiB`.
+    pub bytes: Option<String>,
 }
 
 /// `[catch-up]` in a sidecar.
@@ -101,6 +114,30 @@ impl Sidecar {
         if let Some(m) = &self.max_run_time {
             raw.max_run_time = dur("max-run-time", m)?;
         }
+        if let Some(q) = &self.quota {
+            let positive = |field: &str, n: u64| {
+                if n == 0 {
+                    Err(SpecError::Sidecar {
+                        field: Some(field.to_string()),
+                        message: format!(
+                            "{field} must be at least 1 (leave it out for the host's default)"
+                        ),
+                    })
+                } else {
+                    Ok(n)
+                }
+            };
+            if let Some(k) = q.keys {
+                raw.limits.stored_keys = positive("quota.keys", k)?;
+            }
+            if let Some(b) = &q.bytes {
+                let n = crate::units::parse_size(b).map_err(|e| SpecError::Sidecar {
+                    field: Some("quota.bytes".into()),
+                    message: format!("quota.bytes {b:?} is not a size ({e}; use e.g. 64MiB)"),
+                })?;
+                raw.limits.stored_bytes = positive("quota.bytes", n)?;
+            }
+        }
         Ok(())
     }
 }
@@ -128,6 +165,10 @@ window = "7days"
 attempts = 3
 backoff = "10s"
 max-backoff = "1m"
+
+[quota]
+keys = 500
+bytes = "2MiB"
 "#,
         )
         .unwrap();
@@ -150,6 +191,23 @@ max-backoff = "1m"
         assert_eq!(p.retry_delay(3), Duration::from_secs(20));
         assert_eq!(p.retry_delay(9), Duration::from_secs(60));
         assert_eq!(p.max_run_time, Some(Duration::from_secs(7200)));
+        assert_eq!(
+            (spec.limits.stored_keys, spec.limits.stored_bytes),
+            (500, 2 << 20)
+        );
+        let e = Sidecar::parse("[quota]\nbytes = \"lots\"")
+            .unwrap()
+            .apply(&mut raw)
+            .unwrap_err();
+        assert!(e.to_string().contains("quota.bytes \"lots\""), "{e}");
+        let e = Sidecar::parse("[quota]\nkeys = 0")
+            .unwrap()
+            .apply(&mut raw)
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("quota.keys must be at least 1"),
+            "{e}"
+        );
 
         let e = Sidecar::parse("schedul = \"x\"").unwrap_err();
         assert!(e.to_string().contains("unknown field `schedul`"), "{e}");
