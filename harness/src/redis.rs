@@ -182,11 +182,39 @@ impl RedisServer {
         }
     }
 
+    /// Stops the server gracefully (`CLIENT PAUSE` for writes, so that every command executed
+    /// has reached `MONITOR` clients, then SIGTERM: an append-only file is fsynced) and starts
+    /// it again on the same port.
+    pub async fn restart(&mut self) {
+        if let Ok(client) = ::redis::Client::open(self.url())
+            && let Ok(mut c) = client.get_multiplexed_async_connection().await
+        {
+            let _: Result<(), _> = ::redis::cmd("CLIENT")
+                .arg("PAUSE")
+                .arg(5_000)
+                .arg("WRITE")
+                .query_async(&mut c)
+                .await;
+            // What was executed before the pause is sent to every client within an event-loop
+            // turn; give it a few.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+        self.start_again().await;
+    }
+
     /// Crashes the server (SIGKILL) and starts it again on the same port: with its append-only
     /// file when persistent, empty otherwise.
     pub async fn crash_and_restart(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        self.start_again().await;
+    }
+
+    async fn start_again(&mut self) {
         let (child, log) = spawn(&self.config, self.port)
             .unwrap_or_else(|e| panic!("restarting redis-server: {e}"));
         self.child = child;

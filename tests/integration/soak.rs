@@ -1,9 +1,16 @@
-//! A randomized soak: three real replicas billing customers while faults land at random —
-//! leaders and followers killed, frozen past their lease, stopped gracefully and restarted,
-//! operator triggers of new, done and running periods, the job paused and resumed — checked
-//! afterwards against the history Redis applied: the fence never lowered and no write below
-//! it, no bookkeeping write outside a fenced script, every triggered period ends with exactly
-//! one `done` record, and every customer is charged exactly once per period.
+//! A randomized soak: three real replicas billing customers, each reaching Redis through a
+//! fault proxy of its own, while faults land at random — leaders and followers killed, frozen
+//! past their lease, stopped gracefully and restarted; a host's connections cut off (then
+//! reset) or held (then delivered late, the zombie's writes arriving after its term); Redis
+//! restarted (append-only file, fsync always); the job's file replaced by a new version while
+//! runs are open; operator triggers of new, done and running periods; the job paused and
+//! resumed — checked afterwards against the history Redis applied: the fence never lowered and
+//! no write below it, no bookkeeping write outside a fenced script, every triggered period ends
+//! with exactly one `done` record, and every customer is charged exactly once per period.
+//!
+//! A run that a restarted host cannot continue (it started with a component version the host
+//! no longer has) fails with `version-changed`, by design; the soak then triggers the period
+//! again, as an operator would, and counts these re-runs.
 //!
 //! `LEASEHOLD_SOAK_ROUNDS` (default 20, what `./dev test` runs) and `LEASEHOLD_SOAK_SEED`
 //! (default: from the clock, printed) choose the run; `./dev soak --rounds N` runs more and
@@ -18,6 +25,7 @@ use crate::harness::{
     trigger, wait_for,
 };
 use crate::history::Recorder;
+use crate::proxy::{Fault, FaultProxy};
 
 /// Customers billed per period.
 const CUSTOMERS: usize = 200;
@@ -53,6 +61,33 @@ struct Soak {
     redis: RedisServer,
     dir: TempDir,
     hosts: Vec<HostProcess>,
+    proxies: Vec<FaultProxy>,
+}
+
+/// `wasm` with a custom section appended: the same component, a new version (content hash).
+fn new_version(wasm: &[u8], round: u64) -> Vec<u8> {
+    fn leb(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let name = b"leasehold-soak";
+    let payload = format!("round {round}");
+    let mut content = Vec::new();
+    leb(name.len(), &mut content);
+    content.extend_from_slice(name);
+    content.extend_from_slice(payload.as_bytes());
+    let mut out = wasm.to_vec();
+    out.push(0);
+    leb(content.len(), &mut out);
+    out.extend_from_slice(&content);
+    out
 }
 
 impl Soak {
@@ -60,7 +95,7 @@ impl Soak {
         let data = self.dir.join("data");
         HostProcess::start_node(
             LEASEHOLD,
-            &self.redis.url(),
+            &self.proxies[i].url(),
             &self.dir.join("jobs"),
             &format!("n{i}"),
             TIMING,
@@ -95,7 +130,7 @@ async fn random_faults_leave_one_result_per_period_and_one_charge_per_customer()
     eprintln!("soak: {rounds} rounds, seed {seed} (LEASEHOLD_SOAK_SEED={seed} replays it)");
     let limit = Duration::from_secs(120 + rounds * 6);
     deadline(limit, async {
-        let redis = RedisServer::start().await;
+        let redis = RedisServer::start_with_aof().await;
         let dir = TempDir::new("soak");
         let (jobs, data) = (dir.join("jobs"), dir.join("data"));
         std::fs::create_dir_all(&jobs).unwrap();
@@ -113,11 +148,17 @@ async fn random_faults_leave_one_result_per_period_and_one_charge_per_customer()
         }
         std::fs::write(data.join("billing/customers.csv"), csv).unwrap();
         std::fs::write(data.join("billing/delay-ms"), "2").unwrap();
-        let recorder = Recorder::start(&redis).await;
+        let mut recorders = vec![Recorder::start(&redis).await];
+        let mut proxies = Vec::new();
+        for _ in 0..3 {
+            proxies.push(FaultProxy::start(redis.port).await);
+        }
+        let component = std::fs::read(guests().wasm("billing")).unwrap();
         let mut soak = Soak {
             redis,
             dir,
             hosts: Vec::new(),
+            proxies,
         };
         for i in 0..3 {
             let h = soak.start_host(i);
@@ -130,9 +171,9 @@ async fn random_faults_leave_one_result_per_period_and_one_charge_per_customer()
         let mut rng = Rng(seed);
         let mut faults: BTreeMap<&str, u64> = BTreeMap::new();
         let mut triggered = std::collections::BTreeSet::new();
-        for _ in 0..rounds {
+        for round in 0..rounds {
             let host = rng.below(3) as usize;
-            let fault = match rng.below(7) {
+            let fault = match rng.below(11) {
                 0 | 1 => {
                     let period = PERIODS[rng.below(PERIODS.len() as u64) as usize];
                     trigger(&soak.redis, "billing", period);
@@ -162,6 +203,33 @@ async fn random_faults_leave_one_result_per_period_and_one_charge_per_customer()
                     soak.job_command("resume");
                     "pause-job"
                 }
+                6 => {
+                    // Cut off past its lease; healing resets its connections.
+                    soak.proxies[host].set(Fault::Blackhole);
+                    tokio::time::sleep(Duration::from_millis(1200)).await;
+                    soak.proxies[host].set(Fault::None);
+                    "cut"
+                }
+                7 => {
+                    // Held past its lease, then delivered: late writes of an ended term.
+                    soak.proxies[host].set(Fault::Hold);
+                    tokio::time::sleep(Duration::from_millis(1200)).await;
+                    soak.proxies[host].set(Fault::None);
+                    "hold"
+                }
+                8 => {
+                    soak.redis.restart().await;
+                    // The recording ended with the old server; record the new one.
+                    recorders.push(Recorder::start(&soak.redis).await);
+                    "redis-restart"
+                }
+                9 => {
+                    let jobs = soak.dir.join("jobs");
+                    std::fs::write(jobs.join(".billing.tmp"), new_version(&component, round))
+                        .unwrap();
+                    std::fs::rename(jobs.join(".billing.tmp"), jobs.join("billing.wasm")).unwrap();
+                    "replace-job"
+                }
                 _ => "none",
             };
             *faults.entry(fault).or_default() += 1;
@@ -169,32 +237,62 @@ async fn random_faults_leave_one_result_per_period_and_one_charge_per_customer()
             tokio::time::sleep(Duration::from_millis(rng.below(700))).await;
         }
 
-        // Every period that was asked for ends `done`.
+        // Every period that was asked for ends `done`; one that failed because its version was
+        // replaced under it is triggered again, as an operator would.
+        let mut reruns = 0;
         for period in &triggered {
-            wait_for(
-                &format!("period {period} to be done (seed {seed})"),
-                Duration::from_secs(120),
-                || async {
-                    run_record(&soak.redis, "billing", period)
-                        .await
-                        .filter(|r| r["status"] == "done")
-                },
-            )
-            .await;
+            for attempt in 0.. {
+                let record = wait_for(
+                    &format!("period {period} to end (seed {seed})"),
+                    Duration::from_secs(120),
+                    || async {
+                        run_record(&soak.redis, "billing", period)
+                            .await
+                            .filter(|r| r["status"] == "done" || r["status"] == "failed")
+                    },
+                )
+                .await;
+                if record["status"] == "done" {
+                    break;
+                }
+                assert!(
+                    record["failure"] == "version-changed" && attempt < 5,
+                    "period {period} failed (seed {seed}): {record}"
+                );
+                trigger(&soak.redis, "billing", period);
+                reruns += 1;
+                wait_for(
+                    &format!("period {period} to be taken up again (seed {seed})"),
+                    Duration::from_secs(60),
+                    || async {
+                        run_record(&soak.redis, "billing", period)
+                            .await
+                            .filter(|r| r["status"] != "failed")
+                    },
+                )
+                .await;
+            }
         }
-        let history = recorder
-            .check()
-            .unwrap_or_else(|v| panic!("fencing violated (seed {seed}):\n{v}"));
+        let mut applied = Vec::new();
+        let mut done = BTreeMap::new();
+        for (segment, recorder) in recorders.iter().enumerate() {
+            let history = recorder.check().unwrap_or_else(|v| {
+                panic!("fencing violated (seed {seed}, Redis lifetime {segment}):\n{v}")
+            });
+            for period in &triggered {
+                *done.entry(*period).or_insert(0) +=
+                    history.done_records("billing", period).len();
+            }
+            applied.extend(history.applied);
+        }
         let mut charges = 0;
         for period in &triggered {
             assert_eq!(
-                history.done_records("billing", period).len(),
-                1,
+                done[period], 1,
                 "period {period}: one done record (seed {seed})"
             );
             let prefix = format!("lh:{{billing}}:data:charge/{period}/");
-            let mut keys: Vec<&str> = history
-                .applied
+            let mut keys: Vec<&str> = applied
                 .iter()
                 .filter(|a| a.key.starts_with(&prefix) && !a.value.is_empty())
                 .map(|a| a.key.as_str())
@@ -207,9 +305,10 @@ async fn random_faults_leave_one_result_per_period_and_one_charge_per_customer()
             charges += applied;
         }
         eprintln!(
-            "soak summary: {rounds} rounds, seed {seed}, faults {faults:?}, {} periods done once each, {charges} charges applied once each, {} applied fenced writes checked, 0 violations",
+            "soak summary: {rounds} rounds, seed {seed}, faults {faults:?}, {} periods done once each ({reruns} re-run after version-changed), {charges} charges applied once each, {} applied fenced writes checked over {} Redis lifetimes, 0 violations",
             triggered.len(),
-            history.applied.len()
+            applied.len(),
+            recorders.len()
         );
     })
     .await;
