@@ -1,6 +1,7 @@
 //! The run bookkeeping under the fence, with real hosts: a late write of an ended term (or of
 //! a term that served an older request) cannot drop an operator's request or a newer term's
-//! open run, and a corrupt run record blocks nothing.
+//! open run, writes held inside Redis by a write pause are not applied once their term has
+//! ended, and a corrupt run record blocks nothing.
 //!
 //! "Late writes" are reproduced exactly: the history recorder captures every command a host
 //! sent, and the test sends that host's writes again at the point where they would do harm (as
@@ -308,6 +309,106 @@ async fn a_corrupt_run_record_is_moved_aside_and_blocks_nothing() {
         assert!(
             entry["error"].as_str().unwrap().contains("9 bytes"),
             "{entry}"
+        );
+    })
+    .await;
+}
+
+/// Redis paused for writes (`CLIENT PAUSE … WRITE`) past the lease: the leader's renewals and
+/// bookkeeping are held inside Redis while its term runs out on its own clock. When the pause
+/// ends they are executed — after the host has stopped leading — and every one is refused by
+/// the fenced-write script. (Before the bookkeeping moved into that script, the held `SADD` to
+/// the open-runs index was applied 0.7 s after "stopped leading"; the checker flags such a
+/// plain write.)
+#[tokio::test]
+async fn writes_held_by_a_write_pause_are_not_applied_after_the_term_ended() {
+    deadline(Duration::from_secs(120), async {
+        let redis = RedisServer::start().await;
+        let dir = TempDir::new("write-pause");
+        std::fs::create_dir_all(dir.join("jobs")).unwrap();
+        std::fs::copy(guests().wasm("ticker"), dir.join("jobs/ticker.wasm")).unwrap();
+        let recorder = Recorder::start(&redis).await;
+        let host = HostProcess::start_node(
+            LEASEHOLD,
+            &redis.url(),
+            &dir.join("jobs"),
+            "n1",
+            ("1s", "200ms"),
+            &[],
+        );
+        // The ticker runs once a second: a run's bookkeeping is always near.
+        let first = wait_for("a first tick", Duration::from_secs(60), || async {
+            crate::harness::run_records(&redis, "ticker")
+                .await
+                .into_iter()
+                .find(|r| r["status"] == "done")
+        })
+        .await;
+        let token = first["token"].as_u64().unwrap();
+        let owner: String = redis.conn().await.get("lh:{ticker}:lease").await.unwrap();
+        let mut op = recorder.operator_conn(&redis).await;
+        let _: () = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(60_000)
+            .arg("WRITE")
+            .query_async(&mut op)
+            .await
+            .unwrap();
+        host.wait_for_log("stopped leading", Duration::from_secs(20))
+            .await;
+        // Past the lease on Redis's clock too, then let the held commands through.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        // A marker in the history (MONITOR does not show CLIENT commands): every write applied
+        // after it was held by the pause, or sent after it.
+        let _: String = redis::cmd("ECHO")
+            .arg("pause-ends")
+            .query_async(&mut op)
+            .await
+            .unwrap();
+        let _: () = redis::cmd("CLIENT")
+            .arg("UNPAUSE")
+            .query_async(&mut op)
+            .await
+            .unwrap();
+        // The job goes on in a newer term.
+        wait_for(
+            "a tick by a newer term",
+            Duration::from_secs(30),
+            || async {
+                crate::harness::run_records(&redis, "ticker")
+                    .await
+                    .into_iter()
+                    .find(|r| r["status"] == "done" && r["token"].as_u64() > Some(token))
+            },
+        )
+        .await;
+
+        let lines = recorder.lines();
+        let unpause = lines
+            .iter()
+            .position(|l| l.contains("\"pause-ends\""))
+            .expect("the marker is in the history");
+        // The paused term's commands did reach Redis after the pause…
+        let held = lines[unpause..]
+            .iter()
+            .filter(|l| !l.contains("[0 lua]") && l.contains(&owner))
+            .count();
+        assert!(
+            held >= 1,
+            "no command of term {owner} was held by the pause"
+        );
+        // …and none of its writes was applied after it.
+        let history = recorder
+            .check()
+            .unwrap_or_else(|v| panic!("fencing violated:\n{v}"));
+        let late: Vec<_> = history
+            .applied
+            .iter()
+            .filter(|a| a.owner == owner && a.at > unpause)
+            .collect();
+        assert!(
+            late.is_empty(),
+            "writes of the ended term applied: {late:?}"
         );
     })
     .await;

@@ -5,6 +5,7 @@
 //! dropped from the middle of a stream. A blackhole holds everything and, when healed, resets
 //! the connections that were cut off (TCP would have given up on them).
 
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -31,6 +32,7 @@ pub(crate) struct FaultProxy {
     /// The port hosts connect to.
     pub port: u16,
     fault: watch::Sender<Fault>,
+    target: Arc<AtomicU16>,
     conns: Arc<Mutex<Vec<JoinHandle<()>>>>,
     accept: JoinHandle<()>,
 }
@@ -42,10 +44,12 @@ impl FaultProxy {
         let port = listener.local_addr().unwrap().port();
         let (fault, _) = watch::channel(Fault::None);
         let conns: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
-        let (tx, list) = (fault.clone(), conns.clone());
+        let target = Arc::new(AtomicU16::new(target));
+        let (tx, list, to) = (fault.clone(), conns.clone(), target.clone());
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let Ok(server) = TcpStream::connect(("127.0.0.1", target)).await else {
+                let port = to.load(Ordering::SeqCst);
+                let Ok(server) = TcpStream::connect(("127.0.0.1", port)).await else {
                     continue;
                 };
                 let _ = client.set_nodelay(true);
@@ -63,6 +67,7 @@ impl FaultProxy {
         FaultProxy {
             port,
             fault,
+            target,
             conns,
             accept,
         }
@@ -79,6 +84,13 @@ impl FaultProxy {
         if was == Fault::Blackhole && fault != Fault::Blackhole {
             self.reset();
         }
+    }
+
+    /// Forwards new connections to `target` from now on and resets the open ones: what a
+    /// failover behind a virtual address looks like to a client.
+    pub(crate) fn retarget(&self, target: u16) {
+        self.target.store(target, Ordering::SeqCst);
+        self.reset();
     }
 
     /// Closes every open connection now (requests in flight get no answer); new connections

@@ -1,13 +1,40 @@
 //! `--min-replicas`: every write of a term waits (`WAIT`) for Redis replicas to acknowledge it,
-//! and fails as unavailable when they do not in time.
+//! and fails as unavailable when they do not in time; so a replica promoted after the primary
+//! dies has every result a host was told was written.
 
 use std::time::Duration;
 
 use redis::AsyncCommands;
 
 use crate::harness::{
-    HostProcess, LEASEHOLD, RedisConfig, RedisServer, TempDir, deadline, guests, wait_for,
+    HostProcess, LEASEHOLD, RedisConfig, RedisServer, TempDir, deadline, guests, run_record,
+    trigger, wait_for,
 };
+use crate::proxy::FaultProxy;
+
+/// Starts a replica of the server on `port` and waits until it has synchronised.
+async fn replica_of(port: u16) -> RedisServer {
+    let replica = RedisServer::start_with(RedisConfig::new().args([
+        "--replicaof".to_string(),
+        "127.0.0.1".to_string(),
+        port.to_string(),
+    ]))
+    .await;
+    wait_for(
+        "the replica to synchronise",
+        Duration::from_secs(30),
+        || async {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut replica.conn().await)
+                .await
+                .unwrap();
+            info.contains("master_link_status:up").then_some(())
+        },
+    )
+    .await;
+    replica
+}
 
 /// Periods of the ticker that are `done` on `redis`.
 async fn done_periods(redis: &RedisServer) -> Vec<String> {
@@ -76,6 +103,112 @@ async fn writes_wait_for_replicas_and_fail_without_them() {
             )
             .await;
         assert!(line.contains("\"level\":\"WARN\""), "{line}");
+    })
+    .await;
+}
+
+/// Issue 12, item 7: a primary dies right after a run is acknowledged `done`; its replica is
+/// promoted and the hosts reach it at the same address (a proxy stands for the virtual
+/// address or DNS name a failover moves). With `--min-replicas 1` the promoted replica has the
+/// done record, every charge and the fence, so nothing runs again; the next period runs on
+/// it.
+#[tokio::test]
+async fn a_promoted_replica_has_every_acknowledged_result() {
+    const CUSTOMERS: usize = 50;
+    deadline(Duration::from_secs(180), async {
+        let primary = RedisServer::start().await;
+        let replica = replica_of(primary.port).await;
+        let dir = TempDir::new("promoted");
+        let (jobs, data) = (dir.join("jobs"), dir.join("data"));
+        std::fs::create_dir_all(&jobs).unwrap();
+        std::fs::create_dir_all(data.join("billing")).unwrap();
+        std::fs::copy(guests().wasm("billing"), jobs.join("billing.wasm")).unwrap();
+        let mut csv = String::from("customer,amount_cents\n");
+        for i in 0..CUSTOMERS {
+            csv.push_str(&format!("c{i:04},{}\n", 100 + i));
+        }
+        std::fs::write(data.join("billing/customers.csv"), csv).unwrap();
+        let mut proxies = Vec::new();
+        let mut hosts = Vec::new();
+        for i in 0..2 {
+            proxies.push(FaultProxy::start(primary.port).await);
+            hosts.push(HostProcess::start_node(
+                LEASEHOLD,
+                &proxies[i].url(),
+                &jobs,
+                &format!("n{i}"),
+                ("2s", "500ms"),
+                &[
+                    "--data-dir",
+                    data.to_str().unwrap(),
+                    "--min-replicas",
+                    "1",
+                    "--replica-timeout",
+                    "1s",
+                ],
+            ));
+        }
+        trigger(&primary, "billing", "2026-11-02");
+        let done = wait_for("the run to be done", Duration::from_secs(60), || async {
+            run_record(&primary, "billing", "2026-11-02")
+                .await
+                .filter(|r| r["status"] == "done")
+        })
+        .await;
+        // The primary dies at once; its replica is promoted and the address moves to it.
+        drop(primary);
+        let promoted = replica;
+        let _: () = redis::cmd("REPLICAOF")
+            .arg("NO")
+            .arg("ONE")
+            .query_async(&mut promoted.conn().await)
+            .await
+            .unwrap();
+        for p in &proxies {
+            p.retarget(promoted.port);
+        }
+        // Everything the hosts were told was written is there.
+        let record = run_record(&promoted, "billing", "2026-11-02").await;
+        assert_eq!(record.as_ref(), Some(&done), "the done record survives");
+        let mut c = promoted.conn().await;
+        let charges: Vec<String> = c
+            .keys("lh:{billing}:data:charge/2026-11-02/*")
+            .await
+            .unwrap();
+        assert_eq!(charges.len(), CUSTOMERS, "every charge survives");
+        let fence: u64 = c.hget("lh:{billing}:fence", "token").await.unwrap();
+        let token = done["token"].as_u64().unwrap();
+        assert!(
+            fence >= token,
+            "fence {fence} below the done record's {token}"
+        );
+        // A new replica joins the promoted primary; the next period runs there, and the done
+        // period is left alone.
+        let _second = replica_of(promoted.port).await;
+        trigger(&promoted, "billing", "2026-11-03");
+        let next = wait_for(
+            "the next run to be done",
+            Duration::from_secs(90),
+            || async {
+                run_record(&promoted, "billing", "2026-11-03")
+                    .await
+                    .filter(|r| r["status"] == "done")
+            },
+        )
+        .await;
+        // The lease was replicated too: the same term may go on, or a newer one.
+        assert!(next["token"].as_u64().unwrap() >= token, "{next}");
+        assert_eq!(
+            run_record(&promoted, "billing", "2026-11-02")
+                .await
+                .as_ref(),
+            Some(&done)
+        );
+        let charges: Vec<String> = c
+            .keys("lh:{billing}:data:charge/2026-11-02/*")
+            .await
+            .unwrap();
+        assert_eq!(charges.len(), CUSTOMERS);
     })
     .await;
 }
