@@ -188,6 +188,7 @@ fn is_term_key(cmd: &str, key: &str) -> bool {
                 || key.contains(":ckpt:")
                 || key.contains(":corrupt:")
                 || key.ends_with(":cursor")
+                || key.ends_with(":schedule")
                 || key.ends_with(":last")
         }
         "SADD" | "SREM" => key.ends_with(":open"),

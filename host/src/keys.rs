@@ -103,6 +103,13 @@ impl JobKeys {
         format!("{}corrupt:{period}", self.prefix)
     }
 
+    /// The job's schedule as its current leader runs it (JSON `schedule`, `time_zone`),
+    /// published at each term's start (a fenced write) so that `leasehold trigger`, which does
+    /// not load the component, can check a period against it.
+    pub fn schedule(&self) -> String {
+        format!("{}schedule", self.prefix)
+    }
+
     /// What the job keeps in its store (hash: `keys`, `bytes`), counted by the fenced-write
     /// script with every guest write (see [`crate::quota`]).
     pub fn usage(&self) -> String {

@@ -4,18 +4,19 @@
 //! without bound would fill Redis, and then every job's writes, run records and lease
 //! acquisitions would fail: one buggy job would stop the cluster. So every guest write
 //! (`store.write`, `store.create`) is counted in the same fenced-write script that applies it
-//! ([`crate::fence`]): the hash `lh:{job}:usage` keeps the job's keys and bytes (key length plus
-//! value length of every data key), and a write that would take either past the job's quota is
+//! ([`crate::fence`]): the hash `lh:{job}:usage` keeps the job's keys and bytes (the length of
+//! every data key's full Redis key, namespace prefix included, plus its value's), and a write that would take either past the job's quota is
 //! refused, atomically, with nothing written ([`QuotaUsage`], the WIT's `quota-exceeded`).
 //!
-//! Guarantees: the count moves only with the writes Redis applies, in the same script, so it
-//! cannot drift from the data by a crash or a retry. A write that does not add keys or bytes
+//! Guarantees: the count moves only with the writes Redis applies, in the same script, so a
+//! crash or a retry cannot make it drift from the data the quota has counted. A write that does not add keys or bytes
 //! (overwriting with a value no longer than the old one) is never refused, so a job over a
 //! lowered quota can still rewrite what it has.
 //!
 //! Non-guarantees: data keys written before the quota existed (host versions before world
-//! 0.3.0) are not counted until they are rewritten; keys an operator deletes by hand are not
-//! subtracted (`redis-cli DEL lh:{job}:usage` makes the next writes count afresh). The quota
+//! 0.3.0) are not counted, and rewriting one counts only the change in its length, so a
+//! shorter value can lower the count below what the job keeps (the count errs low, never
+//! high); keys an operator deletes by hand are not subtracted. The quota
 //! is on the job's data, not on its run records and checkpoints, which the host bounds itself
 //! (one record per period, a checkpoint at most `max-write-bytes`).
 

@@ -413,3 +413,81 @@ async fn writes_held_by_a_write_pause_are_not_applied_after_the_term_ended() {
     })
     .await;
 }
+
+/// Issue 12, item 9: `leasehold trigger` refuses a period that is not one of the job's, as
+/// the HTTP API does, checked against the schedule the leader publishes; before any leader
+/// has, it says it cannot check.
+#[tokio::test]
+async fn trigger_refuses_a_period_that_is_not_in_the_schedule() {
+    deadline(Duration::from_secs(90), async {
+        let redis = RedisServer::start().await;
+        let trigger_of = |period: &str| {
+            run_leasehold(&[
+                "trigger",
+                "ticker",
+                "--period",
+                period,
+                "--redis-url",
+                &redis.url(),
+            ])
+        };
+        let before = trigger_of("2026-11-02");
+        assert!(before.status.success());
+        let err = String::from_utf8_lossy(&before.stderr);
+        assert!(err.contains("is not checked against it"), "{err}");
+
+        let dir = TempDir::new("trigger-check");
+        std::fs::create_dir_all(dir.join("jobs")).unwrap();
+        std::fs::copy(guests().wasm("ticker"), dir.join("jobs/ticker.wasm")).unwrap();
+        let _host = HostProcess::start_node(
+            LEASEHOLD,
+            &redis.url(),
+            &dir.join("jobs"),
+            "n1",
+            ("2s", "500ms"),
+            &[],
+        );
+        wait_for(
+            "the ticker's schedule to be published",
+            Duration::from_secs(60),
+            || async {
+                let s: Option<String> = redis
+                    .conn()
+                    .await
+                    .get("lh:{ticker}:schedule")
+                    .await
+                    .unwrap();
+                s
+            },
+        )
+        .await;
+        // The ticker fires every second: its periods are date-times, not dates.
+        let refused = trigger_of("2026-11-03");
+        assert_eq!(refused.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&refused.stderr);
+        assert!(
+            err.contains(
+                "2026-11-03 is not a period of ticker: its schedule is \"* * * * * *\" in UTC"
+            ),
+            "{err}"
+        );
+        let requests: Vec<String> = redis
+            .conn()
+            .await
+            .hkeys("lh:{ticker}:requested")
+            .await
+            .unwrap();
+        assert!(
+            !requests.contains(&"2026-11-03".to_string()),
+            "{requests:?}"
+        );
+        let accepted = trigger_of("2026-11-03T10:00:00");
+        assert!(
+            accepted.status.success(),
+            "{}",
+            String::from_utf8_lossy(&accepted.stderr)
+        );
+        assert!(String::from_utf8_lossy(&accepted.stderr).is_empty());
+    })
+    .await;
+}

@@ -158,6 +158,7 @@ async fn hostile_with(mode: &str, end_status: &str, sidecar: Option<&str>) -> Af
             "cursor",
             "last",
             "usage",
+            "schedule",
         ]
         .contains(&rest)
             || rest.starts_with("run:")

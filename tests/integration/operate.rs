@@ -838,3 +838,38 @@ async fn rediss_urls_work_with_a_trusted_ca_and_an_untrusted_server_is_refused()
     })
     .await;
 }
+
+/// Issue 12, item 9: right after Redis restarts, the first `GET /v1/status` and
+/// `GET /v1/jobs/JOB/runs` are answered (the API reads again once its connection has been
+/// re-established), not refused with 503.
+#[tokio::test]
+async fn the_first_reads_after_a_redis_restart_are_answered() {
+    deadline(Duration::from_secs(120), async {
+        let mut redis = RedisServer::start_with_aof().await;
+        let dir = TempDir::new("api-restart");
+        std::fs::create_dir_all(dir.join("jobs")).unwrap();
+        std::fs::copy(guests().wasm("ticker"), dir.join("jobs/ticker.wasm")).unwrap();
+        let host = HostProcess::start_node(
+            LEASEHOLD,
+            &redis.url(),
+            &dir.join("jobs"),
+            "n1",
+            ("2s", "500ms"),
+            &["--http", "127.0.0.1:0"],
+        );
+        let addr = host.http_addr(Duration::from_secs(60)).await;
+        host.wait_for_log("became leader", Duration::from_secs(60))
+            .await;
+        let (code, body) = http(&addr, "GET", "/v1/status", None).await;
+        assert_eq!(code, 200, "{body}");
+        assert_eq!(body["jobs"][0]["job"], "ticker", "{body}");
+        for _ in 0..2 {
+            redis.crash_and_restart().await;
+            let (code, body) = http(&addr, "GET", "/v1/status", None).await;
+            assert_eq!(code, 200, "first status after the restart: {body}");
+            let (code, body) = http(&addr, "GET", "/v1/jobs/ticker/runs", None).await;
+            assert_eq!(code, 200, "first history after the restart: {body}");
+        }
+    })
+    .await;
+}

@@ -187,6 +187,14 @@ async fn trigger(args: TriggerArgs) -> anyhow::Result<()> {
     runs::validate_period_shape(&period)?;
     let mut conn = connect_cli(&args.redis_url).await?;
     let keys = JobKeys::new(&args.job);
+    if runs::check_published_schedule(&mut conn, &keys, &period).await?
+        == runs::ScheduleCheck::Unknown
+    {
+        eprintln!(
+            "note: no schedule of {} published by a leader could be read (none has led it yet), so {period} is not checked against it",
+            args.job
+        );
+    }
     let done = runs::trigger(&mut conn, &keys, &period).await?;
     println!("{}", done.describe(&args.job, &period));
     Ok(())

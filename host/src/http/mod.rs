@@ -224,10 +224,13 @@ async fn history(
     api.job(&name)?;
     let Query(q) = query.map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.body_text()))?;
     let limit = q.limit.unwrap_or(100).clamp(1, 10_000);
-    let mut conn = api.conn.clone();
-    let records = runs::history(&mut conn, &JobKeys::new(&name), limit)
-        .await
-        .map_err(unavailable)?;
+    let keys = JobKeys::new(&name);
+    let records = read_reconnecting(|| {
+        let mut conn = api.conn.clone();
+        let keys = &keys;
+        async move { Ok(runs::history(&mut conn, keys, limit).await?) }
+    })
+    .await?;
     Ok(Json(json!({ "job": name, "runs": records })).into_response())
 }
 
@@ -268,8 +271,46 @@ type StatusReads = (
     (Option<u64>, Option<u64>),
 );
 
+/// Runs a read for a request; once more, after a moment, when it failed on a dropped
+/// connection: the connection manager reconnects on that error, so the first request after
+/// Redis comes back (a restart, a cut) is answered instead of failing with 503.
+async fn read_reconnecting<T, F, Fut>(mut read: F) -> Result<T, ApiError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    match read().await {
+        Ok(v) => Ok(v),
+        Err(e) if connection_dropped(&e) => {
+            tokio::time::sleep(RECONNECT_PAUSE).await;
+            read().await.map_err(|e| unavailable(format!("{e:#}")))
+        }
+        Err(e) => Err(unavailable(format!("{e:#}"))),
+    }
+}
+
+/// How long a read waits for the connection manager to reconnect before its second try.
+const RECONNECT_PAUSE: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Whether `e` is Redis's connection having gone away (by its kind, never its text).
+fn connection_dropped(e: &anyhow::Error) -> bool {
+    let dropped = |r: &redis::RedisError| r.is_connection_dropped() || r.is_connection_refusal();
+    e.chain().any(|cause| {
+        cause.downcast_ref::<redis::RedisError>().is_some_and(dropped)
+            || matches!(cause.downcast_ref::<runs::RecordError>(), Some(runs::RecordError::Redis(r)) if dropped(r))
+    })
+}
+
 /// One job's status as this node sees it.
 async fn job_status(api: &Api, name: &str, view: &JobView) -> Result<serde_json::Value, ApiError> {
+    read_reconnecting(|| read_job_status(api, name, view)).await
+}
+
+async fn read_job_status(
+    api: &Api,
+    name: &str,
+    view: &JobView,
+) -> anyhow::Result<serde_json::Value> {
     let keys = JobKeys::new(name);
     let mut conn = api.conn.clone();
     let (owner, pttl, token, paused, last, (stored_keys, stored_bytes)): StatusReads =
@@ -284,18 +325,14 @@ async fn job_status(api: &Api, name: &str, view: &JobView) -> Result<serde_json:
             .arg("keys")
             .arg("bytes")
             .query_async(&mut conn)
-            .await
-            .map_err(unavailable)?;
+            .await?;
     let last_run = match last {
-        Some(period) => runs::read(&mut conn, &keys, &period)
-            .await
-            .map_err(unavailable)?
-            .map(|r| {
-                json!({
-                    "period": r.period, "status": r.status.as_str(), "attempt": r.attempt,
-                    "node": r.node, "finished_at": r.finished_at, "error": r.error,
-                })
-            }),
+        Some(period) => runs::read(&mut conn, &keys, &period).await?.map(|r| {
+            json!({
+                "period": r.period, "status": r.status.as_str(), "attempt": r.attempt,
+                "node": r.node, "finished_at": r.finished_at, "error": r.error,
+            })
+        }),
         None => None,
     };
     let next = view.job.spec.schedule.next(chrono::Utc::now());

@@ -109,10 +109,14 @@ pub(crate) enum AfterFailure {
 }
 
 /// Decides what follows attempt `attempt` failing with `kind`: a retry while attempts are left
-/// and the failure is worth retrying (a changed version or a run past its maximum run time is
-/// not), else the end of the run.
+/// and the failure is worth retrying (a changed version, a run past its maximum run time or a
+/// job over its storage quota is not: the next attempt would fail the same way), else the end
+/// of the run.
 pub(crate) fn after_failure(policies: &Policies, attempt: u32, kind: FailureKind) -> AfterFailure {
-    let retryable = !matches!(kind, FailureKind::VersionChanged | FailureKind::RunTimeout);
+    let retryable = !matches!(
+        kind,
+        FailureKind::VersionChanged | FailureKind::RunTimeout | FailureKind::QuotaExceeded
+    );
     if retryable && attempt < policies.retry_attempts {
         AfterFailure::Retry {
             delay: policies.retry_delay(attempt + 1),

@@ -185,8 +185,12 @@ impl Runner {
     ) {
         let poll = self.timing.heartbeat;
         let mut paused_logged = false;
+        let mut published = None;
         while term.still_leader() {
             self.refresh();
+            if let Err(RunEnd::Lost) = self.publish_schedule(term, &mut published).await {
+                return;
+            }
             let mut conn = self.conn.clone();
             let state = match self.in_term(term, runs::state(&mut conn, &self.keys)).await {
                 Ok(s) => s,
@@ -279,6 +283,36 @@ impl Runner {
                     warn!(period = %period.id, "run interrupted, resuming from its checkpoint: {why}");
                     not_before.insert(period.id.clone(), Instant::now() + ERROR_RETRY);
                 }
+            }
+        }
+    }
+
+    /// Publishes the schedule this term runs (`lh:{job}:schedule`, a fenced write) unless
+    /// `published` says it already has: `leasehold trigger` checks periods against it.
+    async fn publish_schedule(
+        &self,
+        term: &Term,
+        published: &mut Option<String>,
+    ) -> Result<(), RunEnd> {
+        let schedule = &self.job.spec.schedule;
+        let value = serde_json::json!({
+            "schedule": schedule.expr(),
+            "time_zone": schedule.tz().name(),
+        })
+        .to_string();
+        if published.as_ref() == Some(&value) {
+            return Ok(());
+        }
+        let sets = [(self.keys.schedule(), value.as_bytes())];
+        match self.fenced(term, TermWrite::new(&sets, &[])).await {
+            Ok(()) => {
+                *published = Some(value);
+                Ok(())
+            }
+            Err(RunEnd::Lost) => Err(RunEnd::Lost),
+            Err(e) => {
+                warn!("cannot publish the job's schedule: {}", e.why());
+                Ok(())
             }
         }
     }

@@ -23,7 +23,10 @@ mod state;
 
 use redis::aio::ConnectionLike;
 
-pub use requests::{Request, Seen, Triggered, request, trigger, validate_period_shape};
+pub use requests::{
+    Request, ScheduleCheck, Seen, Triggered, check_published_schedule, request, trigger,
+    validate_period_shape,
+};
 use serde::{Deserialize, Serialize};
 pub use state::{JobState, set_paused, state};
 

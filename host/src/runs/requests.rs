@@ -188,6 +188,51 @@ pub async fn trigger<C: ConnectionLike + Send + Sync>(
     })
 }
 
+/// What [`check_published_schedule`] could say about a period.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ScheduleCheck {
+    /// The period is one of the schedule's.
+    Period,
+    /// No leader has published the job's schedule yet: the period could not be checked.
+    Unknown,
+}
+
+/// Checks `period` against the schedule the job's leader published (`lh:{job}:schedule`):
+/// an error names the schedule when the period is not one of it.
+pub async fn check_published_schedule<C: ConnectionLike + Send + Sync>(
+    conn: &mut C,
+    keys: &JobKeys,
+    period: &str,
+) -> anyhow::Result<ScheduleCheck> {
+    let raw: Option<String> = conn.get(keys.schedule()).await?;
+    let Some(published) = raw
+        .as_deref()
+        .and_then(|r| serde_json::from_str::<serde_json::Value>(r).ok())
+    else {
+        return Ok(ScheduleCheck::Unknown);
+    };
+    let (Some(expr), Some(tz)) = (
+        published["schedule"].as_str(),
+        published["time_zone"].as_str(),
+    ) else {
+        return Ok(ScheduleCheck::Unknown);
+    };
+    let Ok(schedule) = crate::spec::Schedule::parse(expr, tz) else {
+        return Ok(ScheduleCheck::Unknown);
+    };
+    anyhow::ensure!(
+        schedule.period_by_id(period).is_some(),
+        "{period} is not a period of {}: its schedule is {expr:?} in {tz} (as its leader runs it), whose periods are {}",
+        keys.job(),
+        if schedule.is_daily() {
+            "local dates (YYYY-MM-DD) of its fire days"
+        } else {
+            "local fire times (YYYY-MM-DDTHH:MM:SS)"
+        }
+    );
+    Ok(ScheduleCheck::Period)
+}
+
 /// Checks the shape of a period id (`YYYY-MM-DD` or `YYYY-MM-DDTHH:MM:SS`).
 pub fn validate_period_shape(period: &str) -> anyhow::Result<()> {
     let ok = chrono::NaiveDate::parse_from_str(period, "%Y-%m-%d").is_ok()

@@ -48,8 +48,8 @@ pub struct HostState {
     pub(super) deadline: Instant,
     pub(super) interrupt: Option<StepError>,
     pub(super) refusal: Option<Refusal>,
-    /// The last write the quota refused in this step: a step that then fails is recorded as
-    /// `quota-exceeded`.
+    /// The quota's refusal of this step's last write, if it was refused: a step that then
+    /// fails (or traps) is recorded as `quota-exceeded`.
     pub(super) quota_refused: Option<QuotaUsage>,
     log_lines: u32,
     max_log_lines: u32,
@@ -206,6 +206,12 @@ impl HostState {
             ..fence::TermWrite::new(&writes, &[])
         };
         let res = fence::term_write(&mut ctx.conn, &ctx.keys, &ctx.term, write).await;
+        if res.is_ok() {
+            // The guest got past the refusal (it wrote less, or elsewhere): a later failure
+            // is not the quota's.
+            self.quota_refused = None;
+        }
+        let ctx = self.step()?;
         let metrics = crate::metrics::get();
         match &res {
             Ok(fence::Written {

@@ -57,6 +57,12 @@ impl Runtime {
                 Some(StepError::LostLeadership(_)) => lost(),
                 Some(i) => i.clone(),
                 None if data.limits.memory_exceeded => StepError::MemoryLimit(trap_message(&trap)),
+                // A guest that panics on the refusal (an `unwrap`) still failed on its quota.
+                None if data.quota_refused.is_some() => StepError::QuotaExceeded(format!(
+                    "{}; the job then trapped: {}",
+                    data.quota_refused.unwrap_or_else(|| unreachable!()),
+                    trap_message(&trap)
+                )),
                 None => StepError::Trap(trap_message(&trap)),
             }),
             None if !term.still_leader() => Err(lost()),
