@@ -33,3 +33,19 @@ pub fn write_generated_day(
     std::fs::write(day.join("ledger.csv"), &generated.ledger_csv)?;
     Ok(generated)
 }
+
+/// Deploys the `billing` job under `dir`: `jobs/billing.wasm`, and `data/billing/customers.csv`
+/// with `customers` customers (`c0000` owing 100 cents, `c0001` 101, …). Returns the jobs and
+/// the data directory.
+pub fn deploy_billing(dir: &Path, customers: usize) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (jobs, data) = (dir.join("jobs"), dir.join("data"));
+    std::fs::create_dir_all(&jobs).unwrap();
+    std::fs::create_dir_all(data.join("billing")).unwrap();
+    std::fs::copy(crate::guests().wasm("billing"), jobs.join("billing.wasm")).unwrap();
+    let mut csv = String::from("customer,amount_cents\n");
+    for i in 0..customers {
+        csv.push_str(&format!("c{i:04},{}\n", 100 + i));
+    }
+    std::fs::write(data.join("billing/customers.csv"), csv).unwrap();
+    (jobs, data)
+}

@@ -8,7 +8,7 @@ use std::time::Duration;
 use redis::AsyncCommands;
 
 use crate::harness::{
-    HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, guests, run_records, wait_for,
+    HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, deploy_billing, run_records, wait_for,
 };
 use crate::history::Recorder;
 
@@ -28,15 +28,7 @@ impl Billing {
     async fn start(name: &str) -> Self {
         let redis = RedisServer::start().await;
         let dir = TempDir::new(name);
-        let (jobs, data) = (dir.join("jobs"), dir.join("data"));
-        std::fs::create_dir_all(&jobs).unwrap();
-        std::fs::create_dir_all(data.join("billing")).unwrap();
-        std::fs::copy(guests().wasm("billing"), jobs.join("billing.wasm")).unwrap();
-        let mut csv = String::from("customer,amount_cents\n");
-        for i in 0..CUSTOMERS {
-            csv.push_str(&format!("c{i:04},{}\n", 100 + i));
-        }
-        std::fs::write(data.join("billing/customers.csv"), csv).unwrap();
+        let (jobs, data) = deploy_billing(dir.path(), CUSTOMERS);
         std::fs::write(data.join("billing/delay-ms"), "10").unwrap();
         let recorder = Recorder::start(&redis).await;
         let hosts = (0..3)

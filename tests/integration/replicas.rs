@@ -7,8 +7,8 @@ use std::time::Duration;
 use redis::AsyncCommands;
 
 use crate::harness::{
-    HostProcess, LEASEHOLD, RedisConfig, RedisServer, TempDir, deadline, guests, run_record,
-    trigger, wait_for,
+    HostProcess, LEASEHOLD, RedisConfig, RedisServer, TempDir, deadline, deploy_billing, guests,
+    run_record, trigger, wait_for,
 };
 use crate::proxy::FaultProxy;
 
@@ -119,15 +119,7 @@ async fn a_promoted_replica_has_every_acknowledged_result() {
         let primary = RedisServer::start().await;
         let replica = replica_of(primary.port).await;
         let dir = TempDir::new("promoted");
-        let (jobs, data) = (dir.join("jobs"), dir.join("data"));
-        std::fs::create_dir_all(&jobs).unwrap();
-        std::fs::create_dir_all(data.join("billing")).unwrap();
-        std::fs::copy(guests().wasm("billing"), jobs.join("billing.wasm")).unwrap();
-        let mut csv = String::from("customer,amount_cents\n");
-        for i in 0..CUSTOMERS {
-            csv.push_str(&format!("c{i:04},{}\n", 100 + i));
-        }
-        std::fs::write(data.join("billing/customers.csv"), csv).unwrap();
+        let (jobs, data) = deploy_billing(dir.path(), CUSTOMERS);
         let mut proxies = Vec::new();
         let mut hosts = Vec::new();
         for i in 0..2 {

@@ -21,8 +21,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::harness::{
-    HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, guests, run_leasehold, run_record,
-    trigger, wait_for,
+    HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, deploy_billing, guests, run_leasehold,
+    run_record, trigger, wait_for,
 };
 use crate::history::Recorder;
 use crate::proxy::{Fault, FaultProxy};
@@ -131,21 +131,13 @@ async fn random_faults_leave_one_result_per_period_and_one_charge_per_customer()
     deadline(limit, async {
         let redis = RedisServer::start_with_aof().await;
         let dir = TempDir::new("soak");
-        let (jobs, data) = (dir.join("jobs"), dir.join("data"));
-        std::fs::create_dir_all(&jobs).unwrap();
-        std::fs::create_dir_all(data.join("billing")).unwrap();
-        std::fs::copy(guests().wasm("billing"), jobs.join("billing.wasm")).unwrap();
+        let (jobs, data) = deploy_billing(dir.path(), CUSTOMERS);
         // Retries come quickly: a fault must not leave a period waiting out the default backoff.
         std::fs::write(
             jobs.join("billing.toml"),
             "[retry]\nattempts = 5\nbackoff = \"100ms\"\nmax-backoff = \"1s\"\n",
         )
         .unwrap();
-        let mut csv = String::from("customer,amount_cents\n");
-        for i in 0..CUSTOMERS {
-            csv.push_str(&format!("c{i:04},{}\n", 100 + i));
-        }
-        std::fs::write(data.join("billing/customers.csv"), csv).unwrap();
         std::fs::write(data.join("billing/delay-ms"), "2").unwrap();
         let mut recorders = vec![Recorder::start(&redis).await];
         let mut proxies = Vec::new();
