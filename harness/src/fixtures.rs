@@ -49,3 +49,30 @@ pub fn deploy_billing(dir: &Path, customers: usize) -> (std::path::PathBuf, std:
     std::fs::write(data.join("billing/customers.csv"), csv).unwrap();
     (jobs, data)
 }
+
+/// A new version of a component: the same code with a custom section carrying `tag` appended
+/// (valid anywhere in a component), so its content hash — the version a run record names —
+/// differs.
+pub fn new_version(component: &[u8], tag: &str) -> Vec<u8> {
+    fn leb(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let name = b"leasehold-test-version";
+    let mut content = Vec::new();
+    leb(name.len(), &mut content);
+    content.extend_from_slice(name);
+    content.extend_from_slice(tag.as_bytes());
+    let mut out = component.to_vec();
+    out.push(0);
+    leb(content.len(), &mut out);
+    out.extend_from_slice(&content);
+    out
+}

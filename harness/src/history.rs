@@ -31,7 +31,15 @@ impl Recorder {
     /// missing from both, and its writes would look unfenced: start recording before any host
     /// runs, or while a term holds the lease (it raised its fence before the snapshot).
     pub async fn start(redis: &RedisServer) -> Self {
-        let mut c = redis.conn().await;
+        Self::start_at(&redis.client()).await
+    }
+
+    /// [`Recorder::start`] on any server the client reaches (one in a container, say).
+    pub async fn start_at(client: &::redis::Client) -> Self {
+        let mut c = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connecting to redis");
         let fences: Vec<String> = ::redis::cmd("KEYS")
             .arg("lh:*:fence")
             .query_async(&mut c)
@@ -50,7 +58,7 @@ impl Recorder {
                 initial.insert(job.to_string(), (token, holder.unwrap_or_default()));
             }
         }
-        let monitor = redis.client().get_async_monitor().await.expect("MONITOR");
+        let monitor = client.get_async_monitor().await.expect("MONITOR");
         let lines = Arc::new(Mutex::new(Vec::new()));
         let sink = lines.clone();
         let task = tokio::spawn(async move {

@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 
 pub use self::guests::{Guests, guests};
 pub use self::http::{http, http_with};
-pub use self::process::{HostProcess, output_within};
+pub use self::process::{HostProcess, output_in, output_within};
 pub use self::redis::{RedisConfig, RedisServer};
 pub use self::temp::TempDir;
 pub use self::wait::{TimedOut, deadline, poll_until, wait_for};

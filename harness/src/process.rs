@@ -233,10 +233,16 @@ pub(crate) fn collect_lines(
 
 /// Runs a prepared command to completion; it must exit within 30 s. A blocking wait inside an
 /// async test would stall the test's own deadline, so this one carries its own.
-pub fn output_within(mut cmd: Command) -> std::process::Output {
+pub fn output_within(cmd: Command) -> std::process::Output {
+    output_in(cmd, Duration::from_secs(30))
+}
+
+/// [`output_within`] with another limit (commands that build or start containers).
+pub fn output_in(mut cmd: Command, limit: Duration) -> std::process::Output {
+    let program = cmd.get_program().to_string_lossy().into_owned();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || tx.send(cmd.output()));
-    rx.recv_timeout(Duration::from_secs(30))
-        .expect("the command did not exit within 30 s")
+    rx.recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("{program} did not exit within {limit:?}"))
         .expect("running the command")
 }

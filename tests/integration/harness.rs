@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-pub(crate) use leasehold_harness::fixtures::deploy_billing;
+pub(crate) use leasehold_harness::fixtures::{deploy_billing, new_version};
 pub(crate) use leasehold_harness::{
     HostProcess, RedisConfig, RedisServer, TempDir, deadline, guests, http, http_with,
     output_within, repo_root, wait_for,

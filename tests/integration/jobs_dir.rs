@@ -10,7 +10,8 @@ use redis::AsyncCommands;
 use sha2::{Digest, Sha256};
 
 use crate::harness::{
-    HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, guests, run_record, trigger, wait_for,
+    HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, guests, new_version, run_record,
+    trigger, wait_for,
 };
 
 /// How operators should deploy: write a hidden temporary file in the same directory, then
@@ -26,32 +27,6 @@ fn deploy(bytes: &[u8], jobs: &Path, name: &str) -> PathBuf {
 /// `sha256:` of `bytes`, as run records name a component.
 fn hash(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
-}
-
-/// A second version of a component: the same code with a custom section appended (valid
-/// anywhere in a component), so its content hash differs.
-fn new_version(component: &[u8], tag: &str) -> Vec<u8> {
-    fn leb(mut n: usize, out: &mut Vec<u8>) {
-        loop {
-            let b = (n & 0x7f) as u8;
-            n >>= 7;
-            if n == 0 {
-                out.push(b);
-                return;
-            }
-            out.push(b | 0x80);
-        }
-    }
-    let name = b"leasehold-test-version";
-    let mut body = Vec::new();
-    leb(name.len(), &mut body);
-    body.extend_from_slice(name);
-    body.extend_from_slice(tag.as_bytes());
-    let mut out = component.to_vec();
-    out.push(0);
-    leb(body.len(), &mut out);
-    out.extend(body);
-    out
 }
 
 /// The owner of `job`'s lease, if any.

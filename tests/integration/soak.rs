@@ -21,8 +21,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::harness::{
-    HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, deploy_billing, guests, run_leasehold,
-    run_record, trigger, wait_for,
+    HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, deploy_billing, guests, new_version,
+    run_leasehold, run_record, trigger, wait_for,
 };
 use crate::history::Recorder;
 use crate::proxy::{Fault, FaultProxy};
@@ -61,32 +61,6 @@ struct Soak {
     dir: TempDir,
     hosts: Vec<HostProcess>,
     proxies: Vec<FaultProxy>,
-}
-
-/// `wasm` with a custom section appended: the same component, a new version (content hash).
-fn new_version(wasm: &[u8], round: u64) -> Vec<u8> {
-    fn leb(mut n: usize, out: &mut Vec<u8>) {
-        loop {
-            let byte = (n & 0x7f) as u8;
-            n >>= 7;
-            if n == 0 {
-                out.push(byte);
-                return;
-            }
-            out.push(byte | 0x80);
-        }
-    }
-    let name = b"leasehold-soak";
-    let payload = format!("round {round}");
-    let mut content = Vec::new();
-    leb(name.len(), &mut content);
-    content.extend_from_slice(name);
-    content.extend_from_slice(payload.as_bytes());
-    let mut out = wasm.to_vec();
-    out.push(0);
-    leb(content.len(), &mut out);
-    out.extend_from_slice(&content);
-    out
 }
 
 impl Soak {
@@ -222,7 +196,7 @@ async fn random_faults_leave_one_result_per_period_and_one_charge_per_customer()
                 }
                 9 => {
                     let jobs = soak.dir.join("jobs");
-                    std::fs::write(jobs.join(".billing.tmp"), new_version(&component, round))
+                    std::fs::write(jobs.join(".billing.tmp"), new_version(&component, &format!("round {round}")))
                         .unwrap();
                     std::fs::rename(jobs.join(".billing.tmp"), jobs.join("billing.wasm")).unwrap();
                     "replace-job"
