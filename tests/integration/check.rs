@@ -9,7 +9,14 @@ use crate::harness::{
 
 /// Runs `leasehold check FILE` (30 s deadline): exit code, stdout and stderr.
 fn check(file: &std::path::Path) -> (i32, String, String) {
-    let out = run_leasehold(&[std::ffi::OsStr::new("check"), file.as_os_str()]);
+    check_with(file, &[])
+}
+
+/// [`check`] with more arguments.
+fn check_with(file: &std::path::Path, more: &[&str]) -> (i32, String, String) {
+    let mut args = vec![std::ffi::OsStr::new("check"), file.as_os_str()];
+    args.extend(more.iter().map(std::ffi::OsStr::new));
+    let out = run_leasehold(&args);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -87,10 +94,42 @@ fn bad_files_are_refused_with_the_file_and_the_reason() {
         err.contains("huge.wasm is refused: larger than the host's max-component-size of 64 MiB"),
         "{err}"
     );
-    let (code, _, err) = check(&guests().wasm("netjob"));
-    assert_eq!(code, 1);
+}
+
+/// A component that imports `wasi:sockets` (as every componentize-py component does) loads:
+/// the sockets it could ask for are refused at run time (`containment.rs`).
+#[test]
+fn a_component_importing_sockets_is_a_valid_job() {
+    let (code, out, err) = check(&guests().wasm("netjob"));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("name:       netjob"), "{out}");
+}
+
+/// The instance, table and memory counts are host limits: a component over one is refused
+/// before it is compiled, naming the flag that raises it.
+#[test]
+fn instance_table_and_memory_counts_are_limits_with_flags() {
+    let billing = guests().wasm("billing");
+    let started = std::time::Instant::now();
+    let (code, _, err) = check_with(&billing, &["--max-instances", "1"]);
+    let took = started.elapsed();
+    assert_eq!(code, 1, "{err}");
     assert!(
-        err.contains("imports wasi:sockets/") && err.contains("which the host does not offer"),
+        err.contains("billing.wasm is refused: creates ")
+            && err.contains(" core instances; the host allows 1 (--max-instances raises it)"),
+        "{err}"
+    );
+    eprintln!("refused before compiling in {took:?} (the process included)");
+    let (code, _, err) = check_with(&billing, &["--max-tables", "1"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("tables; the host allows 1 (--max-tables raises it)"),
+        "{err}"
+    );
+    let (code, _, err) = check_with(&billing, &["--max-instances", "0"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("max-instances (0) must be between 1 and 10000"),
         "{err}"
     );
 }
@@ -102,7 +141,7 @@ async fn a_host_refuses_a_bad_job_and_serves_the_others() {
         let dir = TempDir::new("bad-job");
         let jobs = dir.join("jobs");
         std::fs::create_dir_all(&jobs).unwrap();
-        std::fs::copy(guests().wasm("netjob"), jobs.join("netjob.wasm")).unwrap();
+        std::fs::copy(guests().wasm("otherworld"), jobs.join("otherworld.wasm")).unwrap();
         std::fs::write(jobs.join("broken.wasm"), b"not wasm").unwrap();
         std::fs::copy(
             guests().wasm("reconciliation"),
@@ -119,7 +158,7 @@ async fn a_host_refuses_a_bad_job_and_serves_the_others() {
         assert!(
             refused
                 .iter()
-                .any(|l| l.contains("netjob.wasm") && l.contains("wasi:sockets")),
+                .any(|l| l.contains("otherworld.wasm") && l.contains("does not implement")),
             "{refused:?}"
         );
         assert!(

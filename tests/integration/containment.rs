@@ -22,10 +22,22 @@ async fn run_probe(
     period: &str,
     data: Option<&TempDir>,
 ) -> Result<StepOutcome, StepError> {
+    run_guest(runtime, redis, "probe", term, period, data).await
+}
+
+/// [`run_probe`] for another guest.
+async fn run_guest(
+    runtime: &Runtime,
+    redis: &RedisServer,
+    guest: &str,
+    term: Term,
+    period: &str,
+    data: Option<&TempDir>,
+) -> Result<StepOutcome, StepError> {
     let job = runtime
-        .load(&guests().wasm("probe"))
+        .load(&guests().wasm(guest))
         .await
-        .expect("probe loads");
+        .expect("the guest loads");
     let conn = redis::aio::ConnectionManager::new(redis.client())
         .await
         .unwrap();
@@ -267,6 +279,32 @@ async fn a_trap_a_loop_a_memory_bomb_or_a_stack_overflow_fails_only_that_step() 
         let data = TempDir::new("probe-after");
         let report = lines(probe_step(&runtime, &redis, term, &data).await);
         assert_eq!(line(&report, "store"), "store: ok");
+    })
+    .await;
+}
+
+/// A component that imports `wasi:sockets` loads, and its connection is refused before any
+/// socket exists: the listener it dials never sees it.
+#[tokio::test]
+async fn a_guest_importing_sockets_loads_and_cannot_connect() {
+    deadline(Duration::from_secs(60), async {
+        let redis = RedisServer::start().await;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let runtime = Runtime::new(HostLimits::default()).unwrap();
+        let term = Term::new(1, "test:1".into(), Instant::now() + Duration::from_secs(20));
+        // netjob dials its period.
+        let address = listener.local_addr().unwrap().to_string();
+        let outcome = run_guest(&runtime, &redis, "netjob", term, &address, None).await;
+        match &outcome {
+            Err(StepError::Failed(why)) => eprintln!("the guest was told: {why}"),
+            other => panic!("netjob connected or ended otherwise: {other:?}"),
+        }
+        assert_eq!(
+            listener.accept().map_err(|e| e.kind()).err(),
+            Some(std::io::ErrorKind::WouldBlock),
+            "the listener was reached"
+        );
     })
     .await;
 }

@@ -195,10 +195,17 @@ async fn an_unreachable_trap_fails_only_its_run() {
 }
 
 #[tokio::test]
-async fn a_panic_fails_only_its_run_and_its_message_reaches_the_log() {
+async fn a_panic_fails_only_its_run_and_its_message_reaches_the_record_and_the_log() {
     deadline(Duration::from_secs(150), async {
         let a = hostile("panic", "failed").await;
         failed_with(&a, "trap", "wasm `unreachable` instruction executed");
+        // The record carries the guest's last stderr lines: the panic's own message.
+        failed_with(
+            &a,
+            "trap",
+            "the job's last stderr lines:\nthread '<unnamed>'",
+        );
+        failed_with(&a, "trap", "probe panics on purpose in step 0");
         let said = a.host.log_lines_with("probe panics on purpose");
         assert!(
             said.iter().any(|l| l.contains("\"job\":\"probe\"")),

@@ -1,5 +1,6 @@
 //! Test fixture: a job that tries to reach the network itself (so its component imports
-//! `wasi:sockets`). The host must refuse to load it, naming the import.
+//! `wasi:sockets`, as every componentize-py component does). The host loads it and refuses the
+//! connection: its step fails with the refusal, and no socket is made.
 
 wit_bindgen::generate!({ world: "job", path: "../../wit" });
 

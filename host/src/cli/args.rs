@@ -98,6 +98,17 @@ pub(crate) struct LimitArgs {
     /// none gets 256 MiB).
     #[arg(long, env = "LEASEHOLD_MAX_STORED_BYTES", value_parser = parse_size, default_value = "1GiB")]
     pub max_stored_bytes: u64,
+    /// Most core WebAssembly instances one job may create (a componentize-py component has 14
+    /// to 17).
+    #[arg(long, env = "LEASEHOLD_MAX_INSTANCES", default_value_t = 64)]
+    pub max_instances: u32,
+    /// Most tables one job may create.
+    #[arg(long, env = "LEASEHOLD_MAX_TABLES", default_value_t = 64)]
+    pub max_tables: u32,
+    /// Most linear memories one job may create (their sizes together stay within the job's
+    /// memory limit).
+    #[arg(long, env = "LEASEHOLD_MAX_MEMORIES", default_value_t = 64)]
+    pub max_memories: u32,
 }
 
 impl LimitArgs {
@@ -111,6 +122,9 @@ impl LimitArgs {
             guest_log_lines: self.guest_log_lines,
             max_stored_keys: self.max_stored_keys,
             max_stored_bytes: self.max_stored_bytes,
+            max_instances: self.max_instances,
+            max_tables: self.max_tables,
+            max_memories: self.max_memories,
         }
     }
 }

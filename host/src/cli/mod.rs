@@ -250,7 +250,15 @@ async fn list_runs(args: RunsArgs) -> anyhow::Result<()> {
             (None, Some(e)) => e.clone(),
             _ => String::new(),
         };
-        let mut error: String = error.chars().take(80).collect();
+        // One line: a failure with the job's stderr lines (a traceback) shows its first line
+        // and its last, where the exception is; `--json` has all of it.
+        let mut error: String = match (error.lines().next(), error.lines().last()) {
+            (Some(first), Some(last)) if first != last => {
+                let first: String = first.chars().take(40).collect();
+                format!("{first}… {last}").chars().take(120).collect()
+            }
+            _ => error.chars().take(80).collect(),
+        };
         if let Some(at) = &r.retry_at {
             error = format!("retry at {at}; {error}");
         }

@@ -60,6 +60,12 @@ pub enum Setting {
     MaxStoredKeys,
     /// `--max-stored-bytes`.
     MaxStoredBytes,
+    /// `--max-instances`.
+    MaxInstances,
+    /// `--max-tables`.
+    MaxTables,
+    /// `--max-memories`.
+    MaxMemories,
     /// `--cache-dir`.
     CacheDir,
     /// `--http-token`.
@@ -85,6 +91,9 @@ impl Setting {
             Setting::MaxComponentSize => "max-component-size",
             Setting::MaxStoredKeys => "max-stored-keys",
             Setting::MaxStoredBytes => "max-stored-bytes",
+            Setting::MaxInstances => "max-instances",
+            Setting::MaxTables => "max-tables",
+            Setting::MaxMemories => "max-memories",
             Setting::CacheDir => "cache-dir",
             Setting::HttpToken => "http-token",
             Setting::ReplicaTimeout => "replica-timeout",
@@ -128,6 +137,10 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+/// The largest `--max-instances`, `--max-tables` and `--max-memories` (wasmtime's own default
+/// limit of each per store).
+const MAX_COUNT: u32 = 10_000;
+
 /// Host limits as given (`--max-*` flags), before validation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RawLimits {
@@ -145,6 +158,12 @@ pub struct RawLimits {
     pub max_stored_keys: u64,
     /// The largest storage quota a job may have, in bytes.
     pub max_stored_bytes: u64,
+    /// Most core instances one instantiation of a job may create.
+    pub max_instances: u32,
+    /// Most tables one instantiation of a job may create.
+    pub max_tables: u32,
+    /// Most linear memories one instantiation of a job may create.
+    pub max_memories: u32,
 }
 
 impl RawLimits {
@@ -162,7 +181,8 @@ impl RawLimits {
             self.max_component_size,
             self.guest_log_lines,
         )
-        .with_quota(self.max_stored_keys, self.max_stored_bytes))
+        .with_quota(self.max_stored_keys, self.max_stored_bytes)
+        .with_counts(self.max_instances, self.max_tables, self.max_memories))
     }
 
     fn check(&self, bad: &mut Vec<Violation>) {
@@ -216,6 +236,21 @@ impl RawLimits {
                     show_size(self.max_stored_bytes)
                 ),
             ));
+        }
+        for (setting, value) in [
+            (Setting::MaxInstances, self.max_instances),
+            (Setting::MaxTables, self.max_tables),
+            (Setting::MaxMemories, self.max_memories),
+        ] {
+            if !(1..=MAX_COUNT).contains(&value) {
+                bad.push(Violation::new(
+                    setting,
+                    format!(
+                        "{} ({value}) must be between 1 and {MAX_COUNT}",
+                        setting.flag()
+                    ),
+                ));
+            }
         }
         if self.max_component_size < 64 << 10 {
             bad.push(Violation::new(

@@ -22,6 +22,9 @@ fn raw() -> RawConfig {
             guest_log_lines: 200,
             max_stored_keys: 1_000_000,
             max_stored_bytes: 1 << 30,
+            max_instances: 64,
+            max_tables: 64,
+            max_memories: 64,
         },
         allow_evicting_redis: false,
         min_replicas: 0,
@@ -44,6 +47,7 @@ fn every_violation_names_its_setting_and_all_are_reported() {
     r.heartbeat = Duration::from_secs(4);
     r.limits.max_memory = 1000;
     r.limits.max_stored_bytes = 100;
+    r.limits.max_instances = 0;
     r.cache_dir = Some("/srv/jobs/.cache".into());
     r.http_token = Some(String::new());
     let e = NodeConfig::from_raw(r).unwrap_err();
@@ -55,6 +59,7 @@ fn every_violation_names_its_setting_and_all_are_reported() {
             Setting::Heartbeat,
             Setting::MaxMemory,
             Setting::MaxStoredBytes,
+            Setting::MaxInstances,
             Setting::CacheDir,
             Setting::HttpToken
         ],
@@ -66,7 +71,8 @@ fn every_violation_names_its_setting_and_all_are_reported() {
         "{text}"
     );
     assert!(
-        text.contains("max-memory (1000 bytes) must be at least 1 MiB"),
+        text.contains("max-memory (1000 bytes) must be at least 1 MiB")
+            && text.contains("max-instances (0) must be between 1 and 10000"),
         "{text}"
     );
     assert!(

@@ -14,7 +14,7 @@ use super::sandbox::{GuestOutput, JobLimiter};
 use crate::fence::{self, Refusal, TermWriteError};
 use crate::keys::JobKeys;
 use crate::quota::{Quota, QuotaUsage};
-use crate::spec::Limits;
+use crate::spec::{Counts, Limits};
 use crate::term::Term;
 
 /// Most bytes of a guest's stderr kept per step.
@@ -90,12 +90,20 @@ pub fn validate_key(key: &str) -> Result<(), String> {
 impl HostState {
     pub(super) fn new(
         limits: &Limits,
+        counts: Counts,
         max_log_lines: u32,
         step: Option<StepContext>,
     ) -> anyhow::Result<(Self, GuestOutput)> {
         let stderr = GuestOutput::new(STDERR_CAPACITY);
         let mut wasi = WasiCtx::builder();
         wasi.stderr(stderr.clone());
+        // No network: `wasi:sockets` is linked so that components importing it load, and
+        // every use is refused before any socket is made (these are WASI's defaults, stated
+        // so that a change of defaults cannot open the network).
+        wasi.allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .socket_addr_check(|_, _| Box::pin(async { false }));
         if let Some(dir) = step.as_ref().and_then(|s| s.data_dir.as_ref()) {
             wasi.preopened_dir(dir, "/data", FsPerms::ReadOnly)
                 .map_err(|e| {
@@ -105,7 +113,7 @@ impl HostState {
         let state = HostState {
             wasi: wasi.build(),
             table: ResourceTable::new(),
-            limits: JobLimiter::new(limits.memory),
+            limits: JobLimiter::new(limits.memory, counts),
             step,
             max_write: limits.write_bytes,
             quota: Quota {

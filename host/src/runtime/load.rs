@@ -10,6 +10,7 @@ use wasmtime::component::Component;
 
 use super::bindings::leasehold::job::types;
 use super::cache::Compiled;
+use super::inspect::inspect;
 use super::world::WorldPre;
 use super::{HostState, Runtime};
 use crate::spec::{CatchUp, JobSpec, Limits, Overlap, RawSpec, Sidecar};
@@ -132,6 +133,12 @@ impl Runtime {
                 "a core WebAssembly module, not a component: build the job with --target wasm32-wasip2".into(),
             ));
         }
+        // Refused before compiling when the declarations alone rule it out (milliseconds, where
+        // a compile takes seconds).
+        let shape = inspect(&bytes).map_err(fail)?;
+        if let Some(why) = shape.refusal(self.host_limits.counts) {
+            return Err(fail(why));
+        }
         let content = hex::encode(Sha256::digest(&bytes));
         let hash = format!("sha256:{content}");
         let engine = self.engine.clone();
@@ -161,22 +168,20 @@ impl Runtime {
                 (c, compiled)
             }
         };
-        let ty = component.component_type();
-        let network: Vec<&str> = ty
-            .imports(&self.engine)
-            .map(|(name, _)| name)
-            .filter(|name| name.starts_with("wasi:sockets/") || name.starts_with("wasi:http/"))
-            .collect();
-        if !network.is_empty() {
-            return Err(fail(format!(
-                "imports {}, which the host does not offer: jobs have no network; their only way out is the fenced store",
-                network.join(", ")
-            )));
+        // `wasi:sockets` is linked and refuses every operation (`imports.rs`). `wasi:http`,
+        // which componentize-py components may import without using it, gets functions that
+        // trap naming the import: a job has no network either way. Only `wasi:http` can be
+        // unknown here: `inspect` refused every other import the linker does not offer.
+        let pre = if shape.imports.iter().any(|i| i.starts_with("wasi:http/")) {
+            let mut linker = (*self.linker).clone();
+            linker
+                .define_unknown_imports_as_traps(&component)
+                .map_err(|e| fail(format!("cannot link wasi:http to refusals: {e}")))?;
+            linker.instantiate_pre(&component)
+        } else {
+            self.linker.instantiate_pre(&component)
         }
-        let pre = self
-            .linker
-            .instantiate_pre(&component)
-            .map_err(|e| fail(format!("needs an import the host does not offer: {e}")))?;
+        .map_err(|e| fail(format!("needs an import the host does not offer: {e}")))?;
         let pre = WorldPre::new(pre, &self.engine).map_err(fail)?;
         let described = self
             .describe(&pre)
@@ -210,7 +215,7 @@ impl Runtime {
             step_time: Duration::from_secs(5),
             ..Limits::default()
         };
-        let (state, _stderr) = HostState::new(&limits, 0, None)?;
+        let (state, _stderr) = HostState::new(&limits, self.host_limits.counts, 0, None)?;
         let mut store = self.store(state);
         let call = pre.describe(&mut store);
         match tokio::time::timeout(limits.step_time, call).await {

@@ -8,7 +8,8 @@
 //! * A **fresh store per step**, with a [`JobLimiter`] (memory in total, tables, instances) and the job's
 //!   step deadline; a store is dropped after every step, so a trap or an interruption can never
 //!   leave a half-run instance behind.
-//! * WASI p2 with no network (the default `WasiCtx` denies sockets and name lookup), no
+//! * WASI p2 with no network (`wasi:sockets` is linked and refuses every operation before a
+//!   socket exists; `wasi:http` imports get functions that trap), no
 //!   environment, no arguments, stdout discarded, stderr captured into the host's log, and at
 //!   most one preopen: `<data-dir>/<job>/`, read-only, at `/data`.
 //! * The guest's only effects are the host imports of the `job` world (`wit/job.wit`): the
@@ -21,7 +22,9 @@
 //! Submodules:
 //!
 //! * this file — the engine, the linker, the epoch ticker and [`Runtime`]'s stores;
-//! * `load` — [`Runtime::load`]: read, compile, type-check and describe a component
+//! * `inspect` — a component's imports, exports and instance, table and memory counts, read
+//!   without compiling: what can never run is refused in milliseconds;
+//! * `load` — [`Runtime::load`]: read, inspect, compile, type-check and describe a component
 //!   ([`LoadedJob`], [`LoadError`]);
 //! * `imports` — [`HostState`], [`StepContext`] and the host imports a guest calls
 //!   (`types`, `leadership`, `store`, `log`, key checks);
@@ -36,6 +39,7 @@
 pub(crate) mod cache;
 mod error;
 mod imports;
+mod inspect;
 mod load;
 pub(crate) mod sandbox;
 mod step;
@@ -130,7 +134,7 @@ impl Runtime {
     /// Creates a store and instantiates `job` without calling it: what every step pays before
     /// the guest runs (the benchmarks in `host/benches` measure it).
     pub async fn instantiate(&self, job: &LoadedJob) -> anyhow::Result<()> {
-        let (state, _stderr) = HostState::new(&job.spec.limits, 0, None)?;
+        let (state, _stderr) = HostState::new(&job.spec.limits, self.host_limits.counts, 0, None)?;
         let mut store = self.store(state);
         job.pre.instantiate(&mut store).await?;
         Ok(())

@@ -8,10 +8,10 @@ use std::task::{Context, Poll};
 use wasmtime::ResourceLimiter;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 
+use crate::spec::Counts;
+
 /// Most elements any one table may grow to.
 pub(crate) const TABLE_ELEMENTS: usize = 1 << 20;
-/// Most instances, tables and memories one step may create.
-const COUNT: usize = 16;
 
 /// Limits one store: the *sum* of all linear memories stays within the job's memory limit (a
 /// per-memory limit would let a component with many memories multiply it), tables stay below
@@ -19,16 +19,19 @@ const COUNT: usize = 16;
 pub(crate) struct JobLimiter {
     max_memory: usize,
     memory: usize,
+    counts: Counts,
     /// A memory grow was refused: the trap that follows is the memory limit's.
     pub memory_exceeded: bool,
 }
 
 impl JobLimiter {
-    /// A limiter for `max_memory` bytes of linear memory in total.
-    pub(crate) fn new(max_memory: u64) -> Self {
+    /// A limiter for `max_memory` bytes of linear memory in total, and at most `counts`
+    /// instances, tables and memories.
+    pub(crate) fn new(max_memory: u64, counts: Counts) -> Self {
         JobLimiter {
             max_memory: usize::try_from(max_memory).unwrap_or(usize::MAX),
             memory: 0,
+            counts,
             memory_exceeded: false,
         }
     }
@@ -68,24 +71,36 @@ impl ResourceLimiter for JobLimiter {
     }
 
     fn instances(&self) -> usize {
-        COUNT
+        self.counts.instances as usize
     }
 
     fn tables(&self) -> usize {
-        COUNT
+        self.counts.tables as usize
     }
 
     fn memories(&self) -> usize {
-        COUNT
+        self.counts.memories as usize
     }
 }
 
-/// A guest's stderr: keeps the first `capacity` bytes and counts the rest, and never refuses a
-/// write (a refused write would make Rust's `eprintln!` panic and fail the step).
+/// The last bytes of a guest's stderr kept whatever came before: where a trap's explanation
+/// is (a Python traceback, a Rust panic message).
+pub(crate) const STDERR_TAIL: usize = 2048;
+
+/// A guest's stderr: keeps the first `capacity` bytes (for the log) and counts the rest, keeps
+/// the last [`STDERR_TAIL`] bytes (for a failure's record), and never refuses a write (a
+/// refused write would make Rust's `eprintln!` panic and fail the step).
 #[derive(Clone)]
 pub(crate) struct GuestOutput {
-    inner: Arc<Mutex<(Vec<u8>, usize)>>,
+    inner: Arc<Mutex<Kept>>,
     capacity: usize,
+}
+
+#[derive(Default)]
+struct Kept {
+    head: Vec<u8>,
+    dropped: usize,
+    tail: std::collections::VecDeque<u8>,
 }
 
 impl GuestOutput {
@@ -97,9 +112,31 @@ impl GuestOutput {
         }
     }
 
-    /// What was kept, and how many bytes were dropped.
+    /// What was kept from the start, and how many bytes were dropped after it.
     pub(crate) fn take(&self) -> (Vec<u8>, usize) {
-        std::mem::take(&mut *self.inner.lock().unwrap())
+        let mut inner = self.inner.lock().unwrap();
+        (
+            std::mem::take(&mut inner.head),
+            std::mem::take(&mut inner.dropped),
+        )
+    }
+
+    /// The last lines written (at most [`STDERR_TAIL`] bytes, whole lines where the cut
+    /// allows), without blank lines; empty when nothing was written.
+    pub(crate) fn tail(&self) -> String {
+        let inner = self.inner.lock().unwrap();
+        let bytes: Vec<u8> = inner.tail.iter().copied().collect();
+        let text = String::from_utf8_lossy(&bytes);
+        // A cut through the first line drops that line.
+        let whole = match text.find('\n') {
+            Some(at) if bytes.len() == STDERR_TAIL => &text[at + 1..],
+            _ => &text[..],
+        };
+        whole
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 }
 
@@ -122,10 +159,14 @@ impl tokio::io::AsyncWrite for GuestOutput {
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
         let mut inner = self.inner.lock().unwrap();
-        let room = self.capacity.saturating_sub(inner.0.len());
+        let room = self.capacity.saturating_sub(inner.head.len());
         let kept = buf.len().min(room);
-        inner.0.extend_from_slice(&buf[..kept]);
-        inner.1 += buf.len() - kept;
+        inner.head.extend_from_slice(&buf[..kept]);
+        inner.dropped += buf.len() - kept;
+        let last = &buf[buf.len().saturating_sub(STDERR_TAIL)..];
+        inner.tail.extend(last);
+        let over = inner.tail.len().saturating_sub(STDERR_TAIL);
+        inner.tail.drain(..over);
         Poll::Ready(Ok(buf.len()))
     }
 
@@ -144,7 +185,7 @@ mod tests {
 
     #[test]
     fn memory_is_limited_in_total_across_memories() {
-        let mut l = JobLimiter::new(100);
+        let mut l = JobLimiter::new(100, crate::spec::HostLimits::default().counts);
         assert!(l.memory_growing(0, 60, None).unwrap());
         // A second memory may not take the total past the limit.
         assert!(l.memory_growing(0, 50, None).is_err());
@@ -161,5 +202,25 @@ mod tests {
         let mut w = Box::into_pin(out.async_stream());
         w.write_all(b"abcdef").await.unwrap();
         assert_eq!(out.take(), (b"abcd".to_vec(), 2));
+    }
+
+    #[tokio::test]
+    async fn the_tail_keeps_the_last_whole_lines() {
+        use tokio::io::AsyncWriteExt;
+        let out = GuestOutput::new(16);
+        let mut w = Box::into_pin(out.async_stream());
+        assert_eq!(out.tail(), "");
+        w.write_all(b"first\n\nsecond\n").await.unwrap();
+        assert_eq!(out.tail(), "first\nsecond");
+        // Past the tail's size: the line cut at the front is dropped.
+        let long = format!("{}\n", "x".repeat(STDERR_TAIL));
+        w.write_all(long.as_bytes()).await.unwrap();
+        w.write_all(b"Traceback (most recent call last):\nValueError: bad row\n")
+            .await
+            .unwrap();
+        assert_eq!(
+            out.tail(),
+            "Traceback (most recent call last):\nValueError: bad row"
+        );
     }
 }

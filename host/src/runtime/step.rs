@@ -24,8 +24,13 @@ impl Runtime {
     ) -> Result<StepOutcome, StepError> {
         let term = ctx.term.clone();
         let limits = job.spec.limits;
-        let (host_state, stderr) = HostState::new(&limits, self.host_limits.log_lines, Some(ctx))
-            .map_err(|e| StepError::Host(format!("{e:#}")))?;
+        let (host_state, stderr) = HostState::new(
+            &limits,
+            self.host_limits.counts,
+            self.host_limits.log_lines,
+            Some(ctx),
+        )
+        .map_err(|e| StepError::Host(format!("{e:#}")))?;
         let mut store = self.store(host_state);
         let hard_deadline = Instant::now() + limits.step_time + EPOCH_TICK * 5;
         let result = {
@@ -37,6 +42,15 @@ impl Runtime {
             }
         };
         let data = store.data();
+        // A trap's record carries the guest's last stderr lines: its own explanation.
+        let explained = |m: String| {
+            let tail = stderr.tail();
+            if tail.is_empty() {
+                m
+            } else {
+                format!("{m}; the job's last stderr lines:\n{tail}")
+            }
+        };
         // Whatever noticed first (the guest, the epoch callback, or the select), a lost term
         // carries the fence's refusal when a refused write is what ended it.
         let lost = || StepError::LostLeadership(data.refusal.as_ref().map(|r| r.to_string()));
@@ -56,14 +70,18 @@ impl Runtime {
                 }
                 Some(StepError::LostLeadership(_)) => lost(),
                 Some(i) => i.clone(),
-                None if data.limits.memory_exceeded => StepError::MemoryLimit(trap_message(&trap)),
+                None if data.limits.memory_exceeded => {
+                    StepError::MemoryLimit(explained(trap_message(&trap)))
+                }
                 // A guest that panics on the refusal (an `unwrap`) still failed on its quota.
-                None if data.quota_refused.is_some() => StepError::QuotaExceeded(format!(
-                    "{}; the job then trapped: {}",
-                    data.quota_refused.unwrap_or_else(|| unreachable!()),
-                    trap_message(&trap)
-                )),
-                None => StepError::Trap(trap_message(&trap)),
+                None if data.quota_refused.is_some() => {
+                    StepError::QuotaExceeded(explained(format!(
+                        "{}; the job then trapped: {}",
+                        data.quota_refused.unwrap_or_else(|| unreachable!()),
+                        trap_message(&trap)
+                    )))
+                }
+                None => StepError::Trap(explained(trap_message(&trap))),
             }),
             None if !term.still_leader() => Err(lost()),
             None => Err(StepError::Timeout(crate::config::show(limits.step_time))),
@@ -94,7 +112,8 @@ impl Runtime {
 
 /// One line naming what went wrong: the trap (`unreachable` after a panic, call stack
 /// exhausted, …) or the root cause (a memory grow refused by the limits). A panic's message
-/// comes through the guest's stderr, which is logged with the step.
+/// or a traceback comes through the guest's stderr: logged with the step, and its last lines
+/// added to the failure.
 fn trap_message(e: &wasmtime::Error) -> String {
     match e.downcast_ref::<wasmtime::Trap>() {
         Some(trap) => trap.to_string(),

@@ -23,7 +23,27 @@ pub struct HostLimits {
     pub component_bytes: u64,
     /// Guest log lines kept per step; later lines are counted and dropped.
     pub log_lines: u32,
+    /// Most core instances, tables and linear memories one instantiation of a job may create
+    /// (a componentize-py component has about 14 instances; each one needs its memory).
+    pub counts: Counts,
 }
+
+/// Most core instances, tables and memories one store may hold (`--max-instances`,
+/// `--max-tables`, `--max-memories`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counts {
+    /// Core module instances.
+    pub instances: u32,
+    /// Tables.
+    pub tables: u32,
+    /// Linear memories.
+    pub memories: u32,
+}
+
+/// The default of each count: room for a componentize-py component (14 core instances with
+/// default options, 17 with `--stub-wasi`) and native extensions. The memory limit applies to
+/// all memories together, whatever their number.
+pub const DEFAULT_COUNT: u32 = 64;
 
 /// What a job gets when it asks for nothing, if the host's maximum allows it.
 const DEFAULT_MEMORY: u64 = 64 << 20;
@@ -61,7 +81,22 @@ impl HostLimits {
             stored_bytes: (DEFAULT_STORED_BYTES, MAX_STORED_BYTES),
             component_bytes,
             log_lines,
+            counts: Counts {
+                instances: DEFAULT_COUNT,
+                tables: DEFAULT_COUNT,
+                memories: DEFAULT_COUNT,
+            },
         }
+    }
+
+    /// The same, with these most core instances, tables and memories per instantiation.
+    pub fn with_counts(mut self, instances: u32, tables: u32, memories: u32) -> Self {
+        self.counts = Counts {
+            instances,
+            tables,
+            memories,
+        };
+        self
     }
 
     /// The same, with these maxima of the storage quota (keys, bytes); the defaults are

@@ -20,7 +20,7 @@ mod policies;
 mod schedule;
 mod sidecar;
 
-pub use limits::{HostLimits, Limits};
+pub use limits::{Counts, DEFAULT_COUNT, HostLimits, Limits};
 pub use policies::{CatchUp, Overlap, Policies};
 pub use schedule::{Period, Schedule};
 pub use sidecar::{Sidecar, SidecarCatchUp, SidecarRetry};
