@@ -541,6 +541,8 @@ async fn cpu_heavy_guests_on_every_host_do_not_starve_lease_renewal() {
     deadline(Duration::from_secs(300), async {
         // Host i alone runs spinner-i (a CPU-bound job firing every second), and all three
         // campaign for the reconciliation, which is CPU-bound too. Two cores, three busy hosts.
+        // The spinners are one component, which names itself spinner-a: a sidecar names the
+        // copies of hosts 1 and 2 spinner-b and spinner-c.
         let redis = RedisServer::start().await;
         let dir = TempDir::new("cpu");
         write_generated_day(&dir.join("data"), "reconciliation", PERIOD, 30_000, 9).unwrap();
@@ -548,7 +550,19 @@ async fn cpu_heavy_guests_on_every_host_do_not_starve_lease_renewal() {
         for (i, spinner) in ["spinner_a", "spinner_b", "spinner_c"].iter().enumerate() {
             let jobs = dir.join(&format!("jobs-{i}"));
             std::fs::create_dir_all(&jobs).unwrap();
-            std::fs::copy(guests().wasm(spinner), jobs.join(format!("{spinner}.wasm"))).unwrap();
+            std::fs::copy(
+                guests().wasm("spinner"),
+                jobs.join(format!("{spinner}.wasm")),
+            )
+            .unwrap();
+            if i > 0 {
+                let name = spinner.replace('_', "-");
+                std::fs::write(
+                    jobs.join(format!("{spinner}.toml")),
+                    format!("name = \"{name}\"\n"),
+                )
+                .unwrap();
+            }
             std::fs::copy(
                 guests().wasm("reconciliation"),
                 jobs.join("reconciliation.wasm"),

@@ -7,35 +7,13 @@
 //!
 //! Its schedule fires once a year, so a host runs the current period at start and then idles.
 
-wit_bindgen::generate!({ world: "job", path: "../../wit" });
-
-use leasehold::job::types::{CatchUp, Limits, Overlap, Policies};
+use leasehold_guest::prelude::*;
 
 struct Bench;
 
 impl Guest for Bench {
     fn describe() -> JobSpec {
-        JobSpec {
-            name: "benchjob".into(),
-            schedule: "0 0 0 1 1 *".into(),
-            time_zone: "UTC".into(),
-            limits: Limits {
-                max_memory_bytes: 0,
-                max_step_millis: 0,
-                max_write_bytes: 0,
-                max_stored_keys: 0,
-                max_stored_bytes: 0,
-            },
-            policies: Policies {
-                catch_up: CatchUp::Latest,
-                catch_up_window_millis: 0,
-                retry_attempts: 0,
-                retry_backoff_millis: 0,
-                retry_max_backoff_millis: 0,
-                overlap: Overlap::Queue,
-                max_run_millis: 0,
-            },
-        }
+        spec("benchjob").schedule("0 0 0 1 1 *").build()
     }
 
     fn run_step(
@@ -68,4 +46,4 @@ impl Guest for Bench {
     }
 }
 
-export!(Bench);
+leasehold_guest::export!(Bench);

@@ -11,10 +11,8 @@
 //!
 //! State between steps: `next_index charged already` as text.
 
-wit_bindgen::generate!({ world: "job", path: "../../wit" });
-
-use leasehold::job::store;
-use leasehold::job::types::{CatchUp, Limits, Overlap, Policies};
+use leasehold_guest::prelude::*;
+use leasehold_guest::store;
 
 /// Customers per step.
 const CHUNK: usize = 50;
@@ -23,28 +21,15 @@ struct Billing;
 
 impl Guest for Billing {
     fn describe() -> JobSpec {
-        JobSpec {
-            name: "billing".into(),
-            schedule: "0 0 3 * * *".into(),
-            time_zone: "Europe/London".into(),
-            limits: Limits {
-                max_memory_bytes: 0,
-                max_step_millis: 60_000,
-                max_write_bytes: 0,
-                max_stored_keys: 0,
-                max_stored_bytes: 0,
-            },
+        spec("billing")
+            .schedule("0 0 3 * * *")
+            .time_zone("Europe/London")
+            .max_step_millis(60_000)
             // A billing day is never skipped: a week of missed days is caught up, oldest first.
-            policies: Policies {
-                catch_up: CatchUp::All,
-                catch_up_window_millis: 7 * 86_400_000,
-                retry_attempts: 3,
-                retry_backoff_millis: 60_000,
-                retry_max_backoff_millis: 600_000,
-                overlap: Overlap::Queue,
-                max_run_millis: 0,
-            },
-        }
+            .catch_up(CatchUp::All, 7 * 86_400_000)
+            .retry(3, 60_000)
+            .retry_max_backoff_millis(600_000)
+            .build()
     }
 
     fn run_step(
@@ -72,13 +57,14 @@ impl Guest for Billing {
             }
             let key = format!("charge/{}/{customer}", run.period);
             let value = format!("{amount} token={} attempt={}", term.token(), run.attempt);
-            match store::create(&key, value.as_bytes()) {
-                Ok(true) => charged += 1,
-                Ok(false) => already += 1,
-                Err(store::WriteError::Fenced(_) | store::WriteError::NotLeader) => {
-                    return Err(JobError::LostLeadership);
-                }
-                Err(e) => return Err(JobError::Failed(format!("charging {customer}: {e:?}"))),
+            // Any refusal but a lost term fails the attempt (retried under the retry policy).
+            let created = store::create(&key, value.as_bytes()).lost_leadership_or_else(|e| {
+                JobError::Failed(format!("charging {customer}: {e:?}"))
+            })?;
+            if created {
+                charged += 1;
+            } else {
+                already += 1;
             }
         }
         Ok(StepOutcome::Continue(
@@ -160,13 +146,9 @@ fn summarize(
     let summary = format!(
         "customers={found} total_cents={total} charged_by_this_attempt={charged} found_already={already}"
     );
-    match store::write(&format!("summary/{period}"), summary.as_bytes()) {
-        Ok(()) => Ok(StepOutcome::Done),
-        Err(store::WriteError::Fenced(_) | store::WriteError::NotLeader) => {
-            Err(JobError::LostLeadership)
-        }
-        Err(e) => Err(JobError::Failed(format!("writing the summary: {e:?}"))),
-    }
+    store::write(&format!("summary/{period}"), summary.as_bytes())
+        .lost_leadership_or_else(|e| JobError::Failed(format!("writing the summary: {e:?}")))?;
+    Ok(StepOutcome::Done)
 }
 
-export!(Billing);
+leasehold_guest::export!(Billing);

@@ -2,35 +2,14 @@
 //! `wasi:sockets`, as every componentize-py component does). The host loads it and refuses the
 //! connection: its step fails with the refusal, and no socket is made.
 
-wit_bindgen::generate!({ world: "job", path: "../../wit" });
-
-use leasehold::job::types::{CatchUp, Limits, Overlap, Policies};
+use leasehold_guest::prelude::*;
 
 struct NetJob;
 
 impl Guest for NetJob {
     fn describe() -> JobSpec {
-        JobSpec {
-            name: "netjob".into(),
-            schedule: "0 0 0 * * *".into(),
-            time_zone: "UTC".into(),
-            limits: Limits {
-                max_memory_bytes: 0,
-                max_step_millis: 0,
-                max_write_bytes: 0,
-                max_stored_keys: 0,
-                max_stored_bytes: 0,
-            },
-            policies: Policies {
-                catch_up: CatchUp::Latest,
-                catch_up_window_millis: 0,
-                retry_attempts: 0,
-                retry_backoff_millis: 0,
-                retry_max_backoff_millis: 0,
-                overlap: Overlap::Queue,
-                max_run_millis: 0,
-            },
-        }
+        // Every day at midnight, UTC: the spec's defaults.
+        spec("netjob").build()
     }
 
     fn run_step(
@@ -46,4 +25,4 @@ impl Guest for NetJob {
     }
 }
 
-export!(NetJob);
+leasehold_guest::export!(NetJob);

@@ -18,36 +18,18 @@
 //! - `fill`: write new keys in a loop, without bound, until a write is refused (and fail with
 //!   the error): a job that would fill Redis, stopped by its storage quota.
 
-wit_bindgen::generate!({ world: "job", path: "../../wit" });
-
-use leasehold::job::store;
-use leasehold::job::types::{CatchUp, Limits, Overlap, Policies};
+use leasehold_guest::prelude::*;
+use leasehold_guest::{log, store};
 
 struct Probe;
 
 impl Guest for Probe {
     fn describe() -> JobSpec {
-        JobSpec {
-            name: "probe".into(),
-            schedule: "0 0 0 1 1 *".into(),
-            time_zone: "UTC".into(),
-            limits: Limits {
-                max_memory_bytes: 0,
-                max_step_millis: 3_000,
-                max_write_bytes: 1024,
-                max_stored_keys: 0,
-                max_stored_bytes: 0,
-            },
-            policies: Policies {
-                catch_up: CatchUp::Latest,
-                catch_up_window_millis: 0,
-                retry_attempts: 0,
-                retry_backoff_millis: 0,
-                retry_max_backoff_millis: 0,
-                overlap: Overlap::Queue,
-                max_run_millis: 0,
-            },
-        }
+        spec("probe")
+            .schedule("0 0 0 1 1 *")
+            .max_step_millis(3_000)
+            .max_write_bytes(1024)
+            .build()
     }
 
     fn run_step(
@@ -81,18 +63,14 @@ impl Guest for Probe {
             "fill" => {
                 let mut n: u64 = 0;
                 loop {
-                    match store::write(&format!("fill/{}/{n}", run.attempt), &[1u8; 100]) {
-                        Ok(()) => n += 1,
-                        Err(store::WriteError::Fenced(_) | store::WriteError::NotLeader) => {
-                            return Err(JobError::LostLeadership);
-                        }
-                        Err(e) => {
-                            return Err(JobError::Failed(format!(
+                    store::write(&format!("fill/{}/{n}", run.attempt), &[1u8; 100])
+                        .lost_leadership_or_else(|e| {
+                            JobError::Failed(format!(
                                 "store.write refused after {n} keys: {}",
                                 describe(&e)
-                            )));
-                        }
-                    }
+                            ))
+                        })?;
+                    n += 1;
                 }
             }
             "keys" => {
@@ -124,10 +102,7 @@ impl Guest for Probe {
             }
             "log-flood" => {
                 for i in 0..100_000 {
-                    leasehold::job::log::write(
-                        leasehold::job::log::Level::Info,
-                        &format!("flood line {i}"),
-                    );
+                    log::write(log::Level::Info, &format!("flood line {i}"));
                 }
                 let line = "e".repeat(1023);
                 for _ in 0..1024 {
@@ -205,4 +180,4 @@ fn describe(e: &store::WriteError) -> String {
     }
 }
 
-export!(Probe);
+leasehold_guest::export!(Probe);

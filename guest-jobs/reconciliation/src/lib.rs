@@ -14,17 +14,14 @@
 //! - `report/<period>/text`: the human-readable report (totals and every exception, up to
 //!   [`LISTED`] per category).
 
+use leasehold_guest::log::{Level, write as log};
+use leasehold_guest::prelude::*;
+use leasehold_guest::store;
 use recon_core::{
     Chunk, DEFAULT_TOLERANCE_DAYS, Entry, Matcher, Progress, Totals, format_cents,
     input_fingerprint, missing_in_bank, parse_entries, reconcile_chunk,
 };
 use serde::Serialize;
-
-wit_bindgen::generate!({ world: "job", path: "../../wit" });
-
-use leasehold::job::log::{Level, write as log};
-use leasehold::job::store;
-use leasehold::job::types::{CatchUp, Limits, Overlap, Policies};
 
 /// Exceptions listed per category in the text report.
 const LISTED: usize = 50;
@@ -188,27 +185,13 @@ fn missing_in_bank_text(ledger: &[Entry], progress: &Progress, total: u64) -> St
 
 impl Guest for Reconciliation {
     fn describe() -> JobSpec {
-        JobSpec {
-            name: "reconciliation".into(),
-            schedule: "0 30 2 * * *".into(),
-            time_zone: "Europe/London".into(),
-            limits: Limits {
-                max_memory_bytes: 512 << 20,
-                max_step_millis: 120_000,
-                max_write_bytes: 16 << 20,
-                max_stored_keys: 0,
-                max_stored_bytes: 0,
-            },
-            policies: Policies {
-                catch_up: CatchUp::Latest,
-                catch_up_window_millis: 0,
-                retry_attempts: 0,
-                retry_backoff_millis: 0,
-                retry_max_backoff_millis: 0,
-                overlap: Overlap::Queue,
-                max_run_millis: 0,
-            },
-        }
+        spec("reconciliation")
+            .schedule("0 30 2 * * *")
+            .time_zone("Europe/London")
+            .max_memory_bytes(512 << 20)
+            .max_step_millis(120_000)
+            .max_write_bytes(16 << 20)
+            .build()
     }
 
     fn run_step(
@@ -305,4 +288,4 @@ impl Guest for Reconciliation {
     }
 }
 
-export!(Reconciliation);
+leasehold_guest::export!(Reconciliation);

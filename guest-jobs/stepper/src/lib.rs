@@ -2,35 +2,16 @@
 //! until the file `/data/go-<n>` exists, so a test decides when each step may finish. Its
 //! schedule fires once a year, so a host runs the current period at once.
 
-wit_bindgen::generate!({ world: "job", path: "../../wit" });
-
-use leasehold::job::types::{CatchUp, Limits, Overlap, Policies};
+use leasehold_guest::prelude::*;
 
 struct Stepper;
 
 impl Guest for Stepper {
     fn describe() -> JobSpec {
-        JobSpec {
-            name: "stepper".into(),
-            schedule: "0 0 0 1 1 *".into(),
-            time_zone: "UTC".into(),
-            limits: Limits {
-                max_memory_bytes: 0,
-                max_step_millis: 120_000,
-                max_write_bytes: 0,
-                max_stored_keys: 0,
-                max_stored_bytes: 0,
-            },
-            policies: Policies {
-                catch_up: CatchUp::Latest,
-                catch_up_window_millis: 0,
-                retry_attempts: 0,
-                retry_backoff_millis: 0,
-                retry_max_backoff_millis: 0,
-                overlap: Overlap::Queue,
-                max_run_millis: 0,
-            },
-        }
+        spec("stepper")
+            .schedule("0 0 0 1 1 *")
+            .max_step_millis(120_000)
+            .build()
     }
 
     fn run_step(
@@ -54,4 +35,4 @@ impl Guest for Stepper {
     }
 }
 
-export!(Stepper);
+leasehold_guest::export!(Stepper);
