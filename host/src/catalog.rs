@@ -18,8 +18,10 @@ pub(crate) struct Catalog {
     pub jobs: BTreeMap<String, JobView>,
     /// Files refused in their current version.
     pub refused: Vec<Refusal>,
-    /// The first scan of the jobs directory has been applied.
+    /// The files present at start have all been loaded or refused.
     pub started: bool,
+    /// Files being compiled now (they are served once loaded).
+    pub compiling: Vec<std::path::PathBuf>,
 }
 
 /// One served job as the HTTP API sees it.

@@ -15,6 +15,11 @@
 //! * **One outcome per file version.** A settled file is loaded (validated, compiled through
 //!   the code cache, described) once per fingerprint; the result, a job or a refusal naming the
 //!   file and the reason, is logged once.
+//! * **Loading in the background.** A load runs as a task of its own, at most
+//!   [`LOADS_AT_ONCE`] at a time, so a scan never waits for a compile (a large component takes
+//!   seconds): the node serves HTTP and runs the jobs it has meanwhile, a scan lists the files
+//!   still compiling ([`Scan::compiling`]), and a finished load wakes the node
+//!   ([`JobsDir::loaded`]) to scan again and start the job.
 //! * **Replacing keeps serving.** While a replacement settles, or when it is refused, the
 //!   version already served from that file keeps running (the refusal says so).
 //! * **One file per job name.** When two files describe the same job, the one already serving
@@ -36,12 +41,14 @@ use anyhow::Context as _;
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
 
-use crate::runtime::{LoadedJob, Runtime};
+use crate::runtime::{LoadError, LoadedJob, Runtime};
 
 /// How long a file must stay unmodified before it is read.
 pub(crate) const SETTLE: Duration = Duration::from_millis(500);
 /// Scan interval when nothing reports a change.
 pub(crate) const RESCAN: Duration = Duration::from_secs(2);
+/// Loads (compiles) running at once; each compile is itself parallel across functions.
+pub(crate) const LOADS_AT_ONCE: usize = 2;
 
 /// What identifies one version of a file without reading it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,6 +81,8 @@ struct FileState {
     fingerprint: Fingerprint,
     first_seen: Instant,
     outcome: Option<Outcome>,
+    /// The load of this version, while it runs.
+    loading: Option<tokio::task::JoinHandle<Result<LoadedJob, LoadError>>>,
     /// A conflict (its job name served from another file) was logged for this version.
     conflict_logged: bool,
 }
@@ -102,6 +111,8 @@ pub(crate) struct Scan {
     pub refused: Vec<Refusal>,
     /// Some file has not settled yet: scan again soon.
     pub settling: bool,
+    /// Files being loaded (compiled) now, in name order.
+    pub compiling: Vec<PathBuf>,
 }
 
 /// The watched jobs directory.
@@ -109,6 +120,20 @@ pub(crate) struct JobsDir {
     dir: PathBuf,
     node: String,
     files: HashMap<PathBuf, FileState>,
+    /// Bounds the loads running at once.
+    loads: Arc<tokio::sync::Semaphore>,
+    /// Notified when a load finishes.
+    loaded: Arc<tokio::sync::Notify>,
+}
+
+impl Drop for JobsDir {
+    fn drop(&mut self) {
+        for state in self.files.values() {
+            if let Some(h) = &state.loading {
+                h.abort();
+            }
+        }
+    }
 }
 
 impl JobsDir {
@@ -118,7 +143,15 @@ impl JobsDir {
             dir: dir.to_path_buf(),
             node: node.to_string(),
             files: HashMap::new(),
+            loads: Arc::new(tokio::sync::Semaphore::new(LOADS_AT_ONCE)),
+            loaded: Arc::default(),
         }
+    }
+
+    /// Resolves when a load started by a scan has finished: scan again to apply it.
+    pub(crate) fn loaded(&self) -> impl std::future::Future<Output = ()> + use<> {
+        let loaded = self.loaded.clone();
+        async move { loaded.notified().await }
     }
 
     /// Lists the directory, loads what settled and changed, and decides what to serve, given
@@ -130,31 +163,64 @@ impl JobsDir {
     ) -> anyhow::Result<Scan> {
         let listed = list(&self.dir).await?;
         let now = Instant::now();
-        self.files.retain(|p, _| listed.iter().any(|(q, _)| q == p));
+        self.files.retain(|p, state| {
+            let keep = listed.iter().any(|(q, _)| q == p);
+            if !keep && let Some(h) = &state.loading {
+                h.abort();
+            }
+            keep
+        });
         let mut scan = Scan::default();
         for (path, fp) in &listed {
             let fresh = || FileState {
                 fingerprint: *fp,
                 first_seen: now,
                 outcome: None,
+                loading: None,
                 conflict_logged: false,
             };
             let state = self.files.entry(path.clone()).or_insert_with(fresh);
             if state.fingerprint != *fp {
+                if let Some(h) = &state.loading {
+                    h.abort();
+                }
                 *state = fresh();
             }
             if state.outcome.is_some() {
                 continue;
             }
-            let age = fp
-                .modified()
-                .and_then(|m| SystemTime::now().duration_since(m).ok());
-            let settled = age.is_some_and(|a| a >= SETTLE) || now - state.first_seen >= SETTLE * 2;
-            if !settled {
-                scan.settling = true;
+            let Some(load) = state.loading.take_if(|h| h.is_finished()) else {
+                if state.loading.is_some() {
+                    scan.compiling.push(path.clone());
+                    continue;
+                }
+                let age = fp
+                    .modified()
+                    .and_then(|m| SystemTime::now().duration_since(m).ok());
+                let settled =
+                    age.is_some_and(|a| a >= SETTLE) || now - state.first_seen >= SETTLE * 2;
+                if !settled {
+                    scan.settling = true;
+                    continue;
+                }
+                let (runtime, file) = (runtime.clone(), path.clone());
+                let (loads, loaded) = (self.loads.clone(), self.loaded.clone());
+                state.loading = Some(tokio::spawn(async move {
+                    let _permit = loads.acquire_owned().await;
+                    let result = runtime.load(&file).await;
+                    loaded.notify_one();
+                    result
+                }));
+                scan.compiling.push(path.clone());
                 continue;
-            }
-            state.outcome = Some(match runtime.load(path).await {
+            };
+            let result = load.await.unwrap_or_else(|e| {
+                Err(LoadError {
+                    path: path.clone(),
+                    reason: format!("the loading task failed: {e}"),
+                })
+            });
+            state.outcome = Some(match result {
                 Ok(job) => {
                     info!(file = %path.display(), job = %job.spec.name, node = %self.node, hash = %job.hash, compiled = job.compiled.as_str(), schedule = %job.spec.schedule.expr(), tz = %job.spec.schedule.tz(), "loaded job");
                     Outcome::Loaded(Arc::new(job))

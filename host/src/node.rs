@@ -94,6 +94,7 @@ impl Host {
             jobs,
             refused,
             settling,
+            compiling,
         } = scan;
         let node = self.cfg.node_id.clone();
         let removed: Vec<String> = self
@@ -143,7 +144,8 @@ impl Host {
                 .collect(),
             refused,
             // Ready once the files present at start have settled and loaded (or been refused).
-            started: self.catalog.borrow().started || !settling,
+            started: self.catalog.borrow().started || (!settling && compiling.is_empty()),
+            compiling,
         });
     }
 
@@ -355,8 +357,9 @@ pub async fn run(
         tasks: tasks.clone(),
     };
     let mut settling = first.settling;
+    let nothing_yet = first.jobs.is_empty() && first.compiling.is_empty() && !first.settling;
     host.apply(first).await;
-    if host.jobs.is_empty() {
+    if nothing_yet {
         warn!(node = %node, dir = %host.cfg.jobs_dir.display(), "no job loaded yet; drop .wasm components into the jobs directory");
     }
     info!(node = %node, jobs = host.jobs.len(), ttl = %crate::config::show(host.cfg.timing.lease_ttl), heartbeat = %crate::config::show(host.cfg.timing.heartbeat), "node started");
@@ -368,6 +371,7 @@ pub async fn run(
         tokio::select! {
             _ = &mut shutdown => break,
             Some(()) = changes.recv(), if watching => {}
+            _ = dir.loaded() => {}
             _ = tokio::time::sleep(wait) => {}
         }
         let serving = host.serving();

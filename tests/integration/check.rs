@@ -262,3 +262,60 @@ async fn the_fuzz_corpus_loads_or_is_refused_without_panicking() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn check_reads_and_fills_the_compiled_code_cache() {
+    deadline(Duration::from_secs(120), async {
+        let dir = TempDir::new("check-cache");
+        let cache = dir.path().join("cache");
+        let cache_arg = cache.to_str().unwrap();
+        let ticker = guests().wasm("ticker");
+        let (code, out, err) = check_with(&ticker, &["--cache-dir", cache_arg]);
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            out.contains("compiled:   yes: compiled now and stored in the cache in"),
+            "{out}"
+        );
+        let entries: Vec<_> = std::fs::read_dir(&cache)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+            .collect();
+        assert_eq!(
+            entries.len(),
+            1,
+            "one compiled entry in {}",
+            cache.display()
+        );
+        let (code, out, err) = check_with(&ticker, &["--cache-dir", cache_arg]);
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            out.contains("compiled:   no: loaded from the cache in"),
+            "{out}"
+        );
+        let (code, out, err) = check_with(&ticker, &["--no-cache"]);
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            out.contains("compiled:   yes: compiled now (no cache)"),
+            "{out}"
+        );
+        // A host with the same cache loads what check compiled without compiling it.
+        let redis = RedisServer::start().await;
+        let jobs = dir.path().join("jobs");
+        std::fs::create_dir_all(&jobs).unwrap();
+        std::fs::copy(&ticker, jobs.join("ticker.wasm")).unwrap();
+        let host = HostProcess::start_node(
+            LEASEHOLD,
+            &redis.url(),
+            &jobs,
+            "n1",
+            ("2s", "500ms"),
+            &["--cache-dir", cache_arg],
+        );
+        let line = host
+            .wait_for_log("loaded job", Duration::from_secs(60))
+            .await;
+        assert!(line.contains("\"compiled\":\"cached\""), "{line}");
+    })
+    .await;
+}

@@ -85,6 +85,9 @@ pub(super) async fn status(args: StatusArgs) -> anyhow::Result<()> {
             next
         );
     }
+    for file in v["compiling"].as_array().cloned().unwrap_or_default() {
+        println!("compiling: {} (served once loaded)", s(&file));
+    }
     let refused = v["refused"].as_array().cloned().unwrap_or_default();
     if !refused.is_empty() {
         println!("refused files:");

@@ -66,6 +66,8 @@ pub enum Setting {
     MaxTables,
     /// `--max-memories`.
     MaxMemories,
+    /// `--instance-pool`.
+    InstancePool,
     /// `--cache-dir`.
     CacheDir,
     /// `--http-token`.
@@ -94,6 +96,7 @@ impl Setting {
             Setting::MaxInstances => "max-instances",
             Setting::MaxTables => "max-tables",
             Setting::MaxMemories => "max-memories",
+            Setting::InstancePool => "instance-pool",
             Setting::CacheDir => "cache-dir",
             Setting::HttpToken => "http-token",
             Setting::ReplicaTimeout => "replica-timeout",
@@ -164,6 +167,8 @@ pub struct RawLimits {
     pub max_tables: u32,
     /// Most linear memories one instantiation of a job may create.
     pub max_memories: u32,
+    /// Guest instances live at once in the pooling allocator; 0 allocates on demand.
+    pub instance_pool: u32,
 }
 
 impl RawLimits {
@@ -182,7 +187,8 @@ impl RawLimits {
             self.guest_log_lines,
         )
         .with_quota(self.max_stored_keys, self.max_stored_bytes)
-        .with_counts(self.max_instances, self.max_tables, self.max_memories))
+        .with_counts(self.max_instances, self.max_tables, self.max_memories)
+        .with_instance_pool(self.instance_pool))
     }
 
     fn check(&self, bad: &mut Vec<Violation>) {
@@ -234,6 +240,15 @@ impl RawLimits {
                 format!(
                     "max-stored-bytes ({}) must be at least 1 KiB",
                     show_size(self.max_stored_bytes)
+                ),
+            ));
+        }
+        if self.instance_pool > MAX_INSTANCE_POOL {
+            bad.push(Violation::new(
+                Setting::InstancePool,
+                format!(
+                    "instance-pool ({}) must be at most {MAX_INSTANCE_POOL} (0 allocates every instance on demand)",
+                    self.instance_pool
                 ),
             ));
         }
@@ -439,7 +454,12 @@ pub fn hostname() -> String {
         .unwrap_or_else(|| "node".to_string())
 }
 
-fn default_cache_dir() -> Option<PathBuf> {
+/// Largest `--instance-pool`: each slot reserves address space for its memories.
+const MAX_INSTANCE_POOL: u32 = 1000;
+
+/// The compiled-code cache a host uses when `--cache-dir` is not given:
+/// `$XDG_CACHE_HOME/leasehold`, else `~/.cache/leasehold`; `None` without either variable.
+pub fn default_cache_dir() -> Option<PathBuf> {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;

@@ -25,6 +25,7 @@ fn raw() -> RawConfig {
             max_instances: 64,
             max_tables: 64,
             max_memories: 64,
+            instance_pool: 64,
         },
         allow_evicting_redis: false,
         min_replicas: 0,

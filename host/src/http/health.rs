@@ -54,8 +54,23 @@ pub(super) async fn healthz(State(api): State<Api>) -> Response {
 
 pub(super) async fn readyz(State(api): State<Api>) -> Response {
     let mut problems = Vec::new();
-    if !api.jobs.borrow().started {
-        problems.push("the jobs directory has not been read yet".to_string());
+    let (started, compiling) = {
+        let catalog = api.jobs.borrow();
+        (catalog.started, catalog.compiling.clone())
+    };
+    if !started {
+        problems.push(if compiling.is_empty() {
+            "the jobs directory has not been read yet".to_string()
+        } else {
+            format!(
+                "still compiling {}",
+                compiling
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        });
     }
     let mut conn = api.conn.clone();
     let ping = tokio::time::timeout(
@@ -71,12 +86,13 @@ pub(super) async fn readyz(State(api): State<Api>) -> Response {
             crate::config::show(api.timing.redis_timeout)
         )),
     }
+    let compiling: Vec<String> = compiling.iter().map(|p| p.display().to_string()).collect();
     if problems.is_empty() {
-        Json(json!({ "ready": true })).into_response()
+        Json(json!({ "ready": true, "compiling": compiling })).into_response()
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({ "ready": false, "problems": problems })),
+            Json(json!({ "ready": false, "problems": problems, "compiling": compiling })),
         )
             .into_response()
     }

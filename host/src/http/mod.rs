@@ -403,7 +403,15 @@ async fn status(State(api): State<Api>) -> Result<Response, ApiError> {
         .iter()
         .map(|r| json!({ "file": r.path.display().to_string(), "reason": r.reason }))
         .collect();
-    Ok(Json(json!({ "node": api.node, "jobs": jobs, "refused": refused })).into_response())
+    let compiling: Vec<_> = catalog
+        .compiling
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    Ok(
+        Json(json!({ "node": api.node, "jobs": jobs, "refused": refused, "compiling": compiling }))
+            .into_response(),
+    )
 }
 
 async fn jobs(State(api): State<Api>) -> Response {

@@ -143,15 +143,18 @@ impl Runtime {
         let hash = format!("sha256:{content}");
         let engine = self.engine.clone();
         let cache = self.cache.clone();
-        let in_memory = self
-            .loaded
-            .lock()
-            .expect("loaded components")
-            .get(&hash)
-            .cloned();
-        let (component, compiled) = match in_memory {
-            Some(c) => (c, Compiled::Shared),
-            None => {
+        // One compile per content hash in this process, even when two loads of the same bytes
+        // (one file under two job names) run at once: the second waits for the first's cell.
+        let cell = {
+            let mut loaded = self.loaded.lock().expect("loaded components");
+            if loaded.len() >= 256 && !loaded.contains_key(&hash) {
+                loaded.clear();
+            }
+            loaded.entry(hash.clone()).or_default().clone()
+        };
+        let mut compiled_here = None;
+        let component = cell
+            .get_or_try_init(|| async {
                 let key = content.clone();
                 let (c, compiled) = tokio::task::spawn_blocking(move || match cache {
                     Some(cache) => cache.load_or_compile(&engine, &key, &bytes),
@@ -160,14 +163,12 @@ impl Runtime {
                 .await
                 .map_err(|e| fail(format!("compiler task failed: {e}")))?
                 .map_err(|e| fail(format!("not a valid component: {e}")))?;
-                let mut loaded = self.loaded.lock().expect("loaded components");
-                if loaded.len() >= 256 {
-                    loaded.clear();
-                }
-                loaded.insert(hash.clone(), c.clone());
-                (c, compiled)
-            }
-        };
+                compiled_here = Some(compiled);
+                Ok::<_, LoadError>(c)
+            })
+            .await?
+            .clone();
+        let compiled = compiled_here.unwrap_or(Compiled::Shared);
         // `wasi:sockets` is linked and refuses every operation (`imports.rs`). `wasi:http`,
         // which componentize-py components may import without using it, gets functions that
         // trap naming the import: a job has no network either way. Only `wasi:http` can be
@@ -216,6 +217,7 @@ impl Runtime {
             ..Limits::default()
         };
         let (state, _stderr) = HostState::new(&limits, self.host_limits.counts, 0, None)?;
+        let _slot = self.slot().await;
         let mut store = self.store(state);
         let call = pre.describe(&mut store);
         match tokio::time::timeout(limits.step_time, call).await {

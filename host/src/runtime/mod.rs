@@ -7,7 +7,10 @@
 //!   instantiation.
 //! * A **fresh store per step**, with a [`JobLimiter`] (memory in total, tables, instances) and the job's
 //!   step deadline; a store is dropped after every step, so a trap or an interruption can never
-//!   leave a half-run instance behind.
+//!   leave a half-run instance behind. Instances come from wasmtime's pooling allocator
+//!   (`--instance-pool` slots, memories initialised from copy-on-write images and reset on
+//!   reuse); a store is created only while holding one of the slots' permits ([`Runtime::slot`]),
+//!   so a step waits for a slot rather than failing on an exhausted pool.
 //! * WASI p2 with no network (`wasi:sockets` is linked and refuses every operation before a
 //!   socket exists; `wasi:http` imports get functions that trap), no
 //!   environment, no arguments, stdout discarded, stderr captured into the host's log, and at
@@ -51,12 +54,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use wasmtime::component::{Component, HasSelf, Linker};
-use wasmtime::{Config, Engine, Store, UpdateDeadline};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline,
+};
 
 use crate::spec::HostLimits;
 use cache::CodeCache;
 
 pub use bindings::leasehold::job::types::{JobError, RunInfo, StepOutcome};
+pub use cache::Compiled;
 pub use error::StepError;
 pub use imports::{HostState, KEY_MAX, StepContext, validate_key};
 pub use load::{LoadError, LoadedJob, sidecar_of};
@@ -73,6 +79,9 @@ pub mod bindings {
     });
 }
 
+/// A component's code, compiled once per process however many loads ask for it at once.
+type CompiledOnce = Arc<tokio::sync::OnceCell<Component>>;
+
 /// How often the epoch advances; the granularity of step interruption.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
@@ -83,9 +92,12 @@ pub struct Runtime {
     linker: Arc<Linker<HostState>>,
     host_limits: HostLimits,
     cache: Option<Arc<CodeCache>>,
+    /// One permit per slot of the pooling allocator (`None`: instances allocated on demand):
+    /// a store is created only with a permit, so the pool is never exhausted by instances.
+    slots: Option<Arc<tokio::sync::Semaphore>>,
     /// Components loaded in this process by content hash: jobs that share a component (one
     /// file under several names, see the sidecar's `name`) share its code in memory.
-    loaded: Arc<std::sync::Mutex<std::collections::HashMap<String, Component>>>,
+    loaded: Arc<std::sync::Mutex<std::collections::HashMap<String, CompiledOnce>>>,
 }
 
 impl Runtime {
@@ -94,6 +106,16 @@ impl Runtime {
         let mut config = Config::new();
         config.epoch_interruption(true);
         config.wasm_component_model(true);
+        let slots = match host_limits.instance_pool {
+            0 => None,
+            n => {
+                config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling(
+                    n,
+                    &host_limits,
+                )));
+                Some(Arc::new(tokio::sync::Semaphore::new(n as usize)))
+            }
+        };
         let engine =
             Engine::new(&config).map_err(|e| anyhow::anyhow!("creating the wasm engine: {e}"))?;
         let mut linker = Linker::new(&engine);
@@ -119,8 +141,18 @@ impl Runtime {
             linker: Arc::new(linker),
             host_limits,
             cache: None,
+            slots,
             loaded: Arc::default(),
         })
+    }
+
+    /// Waits for a slot in the instance pool (at once when instances are allocated on demand);
+    /// the slot is free again when the returned permit is dropped, after the store.
+    pub(crate) async fn slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        match &self.slots {
+            Some(s) => s.clone().acquire_owned().await.ok(),
+            None => None,
+        }
     }
 
     /// Keeps compiled code in `dir` (see [`crate::runtime::cache`]).
@@ -135,6 +167,7 @@ impl Runtime {
     /// the guest runs (the benchmarks in `host/benches` measure it).
     pub async fn instantiate(&self, job: &LoadedJob) -> anyhow::Result<()> {
         let (state, _stderr) = HostState::new(&job.spec.limits, self.host_limits.counts, 0, None)?;
+        let _slot = self.slot().await;
         let mut store = self.store(state);
         job.pre.instantiate(&mut store).await?;
         Ok(())
@@ -160,4 +193,29 @@ impl Runtime {
         });
         store
     }
+}
+
+/// The pooling allocator for `n` live instances: each may use what the host's counts allow
+/// (`--max-instances`, `--max-tables`, `--max-memories`) and memories up to `--max-memory`;
+/// together they share 16 core instances, 4 memories and 4 tables per slot (a Rust job uses 1
+/// to 3 of each, a componentize-py job 14 instances, 1 memory and 1 table per instance it
+/// links), so address space is reserved for `4n` memories, not for `n × --max-memories`.
+/// Memories start from copy-on-write images of their initial data and are reset, not
+/// freed, when a store is dropped.
+fn pooling(n: u32, limits: &HostLimits) -> PoolingAllocationConfig {
+    let counts = limits.counts;
+    let mut pool = PoolingAllocationConfig::default();
+    pool.total_component_instances(n)
+        .total_stacks(n)
+        .total_core_instances(n.saturating_mul(16).max(counts.instances))
+        .total_memories(n.saturating_mul(4).max(counts.memories))
+        .total_tables(n.saturating_mul(4).max(counts.tables))
+        .max_core_instances_per_component(counts.instances)
+        .max_memories_per_component(counts.memories)
+        .max_tables_per_component(counts.tables)
+        .max_memories_per_module(counts.memories)
+        .max_tables_per_module(counts.tables)
+        .table_elements(sandbox::TABLE_ELEMENTS)
+        .max_memory_size(usize::try_from(limits.memory.1).unwrap_or(usize::MAX));
+    pool
 }

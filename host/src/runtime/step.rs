@@ -31,6 +31,11 @@ impl Runtime {
             Some(ctx),
         )
         .map_err(|e| StepError::Host(format!("{e:#}")))?;
+        // A slot of the instance pool, or the term's end while waiting for one.
+        let _slot = tokio::select! {
+            slot = self.slot() => slot,
+            _ = term.ended() => return Err(StepError::LostLeadership(None)),
+        };
         let mut store = self.store(host_state);
         let hard_deadline = Instant::now() + limits.step_time + EPOCH_TICK * 5;
         let result = {

@@ -26,6 +26,9 @@ pub struct HostLimits {
     /// Most core instances, tables and linear memories one instantiation of a job may create
     /// (a componentize-py component has about 14 instances; each one needs its memory).
     pub counts: Counts,
+    /// Guest instances that may be live at once in the pooling allocator (`--instance-pool`);
+    /// 0 allocates each instance on demand.
+    pub instance_pool: u32,
 }
 
 /// Most core instances, tables and memories one store may hold (`--max-instances`,
@@ -44,6 +47,10 @@ pub struct Counts {
 /// default options, 17 with `--stub-wasi`) and native extensions. The memory limit applies to
 /// all memories together, whatever their number.
 pub const DEFAULT_COUNT: u32 = 64;
+
+/// The default of `--instance-pool`: guest instances live at once (a step, a `describe()`
+/// call) before a further one waits for a slot.
+pub(crate) const DEFAULT_INSTANCE_POOL: u32 = 64;
 
 /// What a job gets when it asks for nothing, if the host's maximum allows it.
 const DEFAULT_MEMORY: u64 = 64 << 20;
@@ -86,6 +93,7 @@ impl HostLimits {
                 tables: DEFAULT_COUNT,
                 memories: DEFAULT_COUNT,
             },
+            instance_pool: DEFAULT_INSTANCE_POOL,
         }
     }
 
@@ -96,6 +104,13 @@ impl HostLimits {
             tables,
             memories,
         };
+        self
+    }
+
+    /// The same, with room for `n` live guest instances in the pooling allocator (0: allocate
+    /// on demand).
+    pub fn with_instance_pool(mut self, n: u32) -> Self {
+        self.instance_pool = n;
         self
     }
 
