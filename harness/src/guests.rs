@@ -40,8 +40,8 @@ impl Guests {
         &self.dir
     }
 
-    /// The `.wasm` of guest crate `name` (with `_` for `-`: `spinner_a`); panics, saying how to
-    /// build the guests, if it does not exist.
+    /// The `.wasm` of guest crate `name` (with `_` for `-`: crate `my-job` builds `my_job`);
+    /// panics, saying how to build the guests, if it does not exist.
     pub fn wasm(&self, name: &str) -> PathBuf {
         let p = self.dir.join(format!("{name}.wasm"));
         assert!(p.exists(), "{BUILD_HINT}; missing {}", p.display());
@@ -105,4 +105,25 @@ pub fn build(profile: Profile) -> Guests {
     Guests {
         dir: profile_dir(profile),
     }
+}
+
+/// The componentize-py that builds the Python jobs: `$LEASEHOLD_COMPONENTIZE_PY` if set, else
+/// the one `./dev` installs in `<target>/pyenv` (pinned there); panics, saying how to install
+/// it, when it is missing.
+pub fn componentize_py() -> PathBuf {
+    let path = std::env::var_os("LEASEHOLD_COMPONENTIZE_PY")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            target_dir()
+                .parent()
+                .expect("the guests' target directory has a parent")
+                .join("pyenv/bin/componentize-py")
+        });
+    assert!(
+        path.exists(),
+        "componentize-py not found at {}: `./dev guests` installs it (or set LEASEHOLD_COMPONENTIZE_PY)",
+        path.display()
+    );
+    path
 }

@@ -29,7 +29,7 @@ pub mod wait;
 
 use std::path::{Path, PathBuf};
 
-pub use self::guests::{Guests, guests};
+pub use self::guests::{Guests, componentize_py, guests};
 pub use self::http::{http, http_with};
 pub use self::process::{HostProcess, output_in, output_within};
 pub use self::redis::{RedisConfig, RedisServer};

@@ -29,6 +29,17 @@ pub(crate) fn run_leasehold<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> std::proce
     output_within(cmd)
 }
 
+/// [`run_leasehold`] with a deadline of `limit`: for a `check` that compiles a large
+/// component (a componentize-py job takes tens of seconds in a debug host on a busy machine).
+pub(crate) fn run_leasehold_within<S: AsRef<std::ffi::OsStr>>(
+    args: &[S],
+    limit: std::time::Duration,
+) -> std::process::Output {
+    let mut cmd = std::process::Command::new(LEASEHOLD);
+    cmd.args(args).env_remove("LEASEHOLD_REDIS_URL");
+    leasehold_harness::output_in(cmd, limit)
+}
+
 /// Runs `leasehold trigger JOB --period PERIOD` against `redis`; panics unless it succeeds, and
 /// returns what it printed.
 pub(crate) fn trigger(redis: &RedisServer, job: &str, period: &str) -> String {

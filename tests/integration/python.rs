@@ -1,0 +1,336 @@
+//! A job written in Python (`guest-jobs/settlement-py`, built by componentize-py with default
+//! options) in real hosts: it passes `check` with the default limits, it survives a SIGKILL of
+//! its leader mid-run and settles every merchant exactly once, an uncaught Python exception
+//! leaves its traceback in the failed run's record, and while it compiles (seconds) its host
+//! already serves HTTP and runs its other jobs.
+//!
+//! The component is about 18 MB and takes seconds to compile in a debug host, so the tests first
+//! compile it once into the default compiled-code cache with `leasehold check` (which reads and
+//! fills the cache, as `leasehold run` does); the hosts then load it from there.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use redis::AsyncCommands;
+
+use crate::harness::{
+    HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, guests, http, run_leasehold_within,
+    run_records, wait_for,
+};
+use crate::history::Recorder;
+
+/// Payments per test day: five steps of 25, then the payouts.
+const PAYMENTS: usize = 120;
+const MERCHANTS: [&str; 4] = ["acme", "birch", "cobalt", "delta"];
+
+/// The settlement component, checked once with the default limits (which compiles it into the
+/// default cache); panics with `check`'s output if it is refused.
+fn settlement() -> PathBuf {
+    static CHECKED: OnceLock<PathBuf> = OnceLock::new();
+    CHECKED
+        .get_or_init(|| {
+            let wasm = guests().wasm("settlement");
+            let out = run_leasehold_within(&[Path::new("check"), &wasm], Duration::from_secs(180));
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "a componentize-py component with default options is refused with the default limits:\n{stdout}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(stdout.contains("name:") && stdout.contains("settlement"), "{stdout}");
+            wasm
+        })
+        .clone()
+}
+
+/// A day of payments: `p0000` … with merchants in turn and amounts 1000 + 7i cents; the
+/// per-merchant totals it should settle to.
+fn payments_csv() -> (String, BTreeMap<&'static str, u64>) {
+    let mut csv = String::from("payment_id,merchant,amount_cents\n");
+    let mut totals = BTreeMap::new();
+    for i in 0..PAYMENTS {
+        let merchant = MERCHANTS[i % MERCHANTS.len()];
+        let amount = 1000 + 7 * i as u64;
+        csv.push_str(&format!("p{i:04},{merchant},{amount}\n"));
+        *totals.entry(merchant).or_insert(0) += amount;
+    }
+    (csv, totals)
+}
+
+/// Deploys the settlement job under `dir` with `csv` as its payments and `delay_ms` per
+/// payment; returns the jobs and data directories.
+fn deploy(dir: &Path, csv: &str, delay_ms: u64) -> (PathBuf, PathBuf) {
+    let (jobs, data) = (dir.join("jobs"), dir.join("data"));
+    std::fs::create_dir_all(&jobs).unwrap();
+    std::fs::create_dir_all(data.join("settlement")).unwrap();
+    std::fs::copy(settlement(), jobs.join("settlement.wasm")).unwrap();
+    std::fs::write(data.join("settlement/payments.csv"), csv).unwrap();
+    std::fs::write(data.join("settlement/delay-ms"), delay_ms.to_string()).unwrap();
+    (jobs, data)
+}
+
+fn start(redis: &RedisServer, jobs: &Path, data: &Path, node: &str) -> HostProcess {
+    HostProcess::start_node(
+        LEASEHOLD,
+        &redis.url(),
+        jobs,
+        node,
+        ("2s", "500ms"),
+        &["--data-dir", data.to_str().unwrap()],
+    )
+}
+
+#[tokio::test]
+async fn a_python_job_survives_a_kill_of_its_leader_and_settles_once() {
+    deadline(Duration::from_secs(300), async {
+        settlement();
+        let redis = RedisServer::start().await;
+        let dir = TempDir::new("python-kill");
+        let (csv, totals) = payments_csv();
+        // 20 ms a payment: a step of 25 takes about half a second.
+        let (jobs, data) = deploy(dir.path(), &csv, 20);
+        let recorder = Recorder::start(&redis).await;
+        let mut hosts = [
+            start(&redis, &jobs, &data, "py-a"),
+            start(&redis, &jobs, &data, "py-b"),
+        ];
+        // The run is in its second step or later: a checkpoint exists and work remains.
+        let period = wait_for(
+            "the settlement run to be past its first step",
+            Duration::from_secs(120),
+            || async {
+                run_records(&redis, "settlement")
+                    .await
+                    .into_iter()
+                    .find(|r| r["status"] == "running" && r["step"].as_u64() >= Some(1))
+                    .map(|r| r["period"].as_str().unwrap().to_string())
+            },
+        )
+        .await;
+        let leader = (0..2)
+            .find(|i| !hosts[*i].log_lines_with("\"step done\"").is_empty())
+            .expect("a host finished a step");
+        hosts[leader].kill();
+        let survivor = 1 - leader;
+        let done = wait_for(
+            "the successor to finish the run",
+            Duration::from_secs(120),
+            || async {
+                run_records(&redis, "settlement")
+                    .await
+                    .into_iter()
+                    .find(|r| r["period"] == period.as_str() && r["status"] == "done")
+            },
+        )
+        .await;
+        assert_eq!(done["node"], ["py-a", "py-b"][survivor], "{done}");
+        assert_eq!(
+            hosts[survivor]
+                .log_lines_with("resuming run from its checkpoint")
+                .len(),
+            1,
+            "the successor resumed from the checkpoint instead of starting over"
+        );
+
+        // What Redis applied: every write fenced, one `done`, one payout per merchant.
+        let history = recorder.check().unwrap_or_else(|v| panic!("{v}"));
+        assert_eq!(history.done_records("settlement", &period).len(), 1);
+        let prefix = format!("lh:{{settlement}}:data:payout/{period}/");
+        let mut payouts: Vec<&str> = history
+            .applied
+            .iter()
+            .filter(|a| a.key.starts_with(&prefix) && !a.value.is_empty())
+            .map(|a| a.key.as_str())
+            .collect();
+        payouts.sort();
+        assert_eq!(
+            payouts.len(),
+            MERCHANTS.len(),
+            "one payout per merchant: {payouts:?}"
+        );
+        payouts.dedup();
+        assert_eq!(payouts.len(), MERCHANTS.len(), "no merchant paid twice");
+
+        let mut conn = redis.conn().await;
+        for (merchant, total) in &totals {
+            let payout: String = conn.get(format!("{prefix}{merchant}")).await.unwrap();
+            assert!(
+                payout.starts_with(&format!("{total} ")),
+                "{merchant}: {payout}"
+            );
+        }
+        let export: String = conn
+            .get(format!("lh:{{settlement}}:data:export/{period}"))
+            .await
+            .unwrap();
+        let mut expected = format!(
+            "settlement {period}: {PAYMENTS} payments, {} merchants\n",
+            MERCHANTS.len()
+        );
+        for (merchant, total) in &totals {
+            expected.push_str(&format!("{merchant} {total}\n"));
+        }
+        expected.push_str(&format!("total {}\n", totals.values().sum::<u64>()));
+        assert_eq!(export, expected);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_python_exception_is_in_the_failed_runs_record() {
+    deadline(Duration::from_secs(240), async {
+        settlement();
+        let redis = RedisServer::start().await;
+        let dir = TempDir::new("python-exception");
+        let csv = "payment_id,merchant,amount_cents\np0001,acme,100\np0002,birch,12x\n";
+        let (jobs, data) = deploy(dir.path(), csv, 0);
+        let _host = start(&redis, &jobs, &data, "py-a");
+        let failed = wait_for(
+            "the run to fail on the bad amount",
+            Duration::from_secs(120),
+            || async {
+                run_records(&redis, "settlement")
+                    .await
+                    .into_iter()
+                    .find(|r| r["status"] == "failed")
+            },
+        )
+        .await;
+        assert_eq!(failed["failure"], "trap", "{failed}");
+        let error = failed["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains("Traceback (most recent call last)")
+                && error.contains("ValueError: invalid literal for int() with base 10: '12x'"),
+            "the record does not carry the exception: {error}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_host_serves_http_and_its_other_jobs_while_a_large_job_compiles() {
+    deadline(Duration::from_secs(240), async {
+        let wasm = settlement();
+        let redis = RedisServer::start().await;
+        let dir = TempDir::new("python-compiling");
+        let jobs = dir.path().join("jobs");
+        std::fs::create_dir_all(&jobs).unwrap();
+        std::fs::copy(&wasm, jobs.join("settlement.wasm")).unwrap();
+        std::fs::copy(guests().wasm("ticker"), jobs.join("ticker.wasm")).unwrap();
+        // An empty cache of its own: the Python component is compiled now, for seconds.
+        let cache = dir.path().join("cache");
+        let host = HostProcess::start_node(
+            LEASEHOLD,
+            &redis.url(),
+            &jobs,
+            "py-a",
+            ("2s", "500ms"),
+            &[
+                "--http",
+                "127.0.0.1:0",
+                "--cache-dir",
+                cache.to_str().unwrap(),
+            ],
+        );
+        let addr = host.http_addr(Duration::from_secs(30)).await;
+        // The ticker, small, leads and runs while the settlement job still compiles.
+        host.wait_for_log("\"run done\"", Duration::from_secs(60))
+            .await;
+        let (code, ready) = http(&addr, "GET", "/readyz", None).await;
+        let (health, _) = http(&addr, "GET", "/healthz", None).await;
+        let (_, status) = http(&addr, "GET", "/v1/status", None).await;
+        assert!(
+            host.log_lines_with("\"job\":\"settlement\"")
+                .iter()
+                .all(|l| !l.contains("loaded job")),
+            "the settlement job loaded before the checks: the test proves nothing"
+        );
+        assert_eq!(code, 503, "{ready}");
+        assert_eq!(health, 200);
+        let problems = ready["problems"].to_string();
+        assert!(
+            problems.contains("still compiling") && problems.contains("settlement.wasm"),
+            "{ready}"
+        );
+        assert!(
+            status["compiling"].to_string().contains("settlement.wasm"),
+            "{status}"
+        );
+        assert!(status["jobs"].to_string().contains("ticker"), "{status}");
+
+        // Once loaded it campaigns, and the host is ready.
+        wait_for(
+            "the settlement job to load",
+            Duration::from_secs(180),
+            || async {
+                host.log_lines_with("loaded job")
+                    .iter()
+                    .any(|l| l.contains("settlement"))
+                    .then_some(())
+            },
+        )
+        .await;
+        wait_for("/readyz to answer 200", Duration::from_secs(30), || async {
+            let (code, body) = http(&addr, "GET", "/readyz", None).await;
+            (code == 200 && body["compiling"] == serde_json::json!([])).then_some(())
+        })
+        .await;
+        let (_, status) = http(&addr, "GET", "/v1/status", None).await;
+        assert!(
+            status["jobs"].to_string().contains("settlement"),
+            "{status}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_python_job_and_its_rust_twin_export_the_same_bytes() {
+    deadline(Duration::from_secs(240), async {
+        let wasm = settlement();
+        let redis = RedisServer::start().await;
+        let dir = TempDir::new("python-twin");
+        let (csv, _) = payments_csv();
+        let (jobs, data) = deploy(dir.path(), &csv, 0);
+        std::fs::copy(
+            guests().wasm("settlement_rs"),
+            jobs.join("settlement_rs.wasm"),
+        )
+        .unwrap();
+        std::fs::create_dir_all(data.join("settlement-rs")).unwrap();
+        std::fs::write(data.join("settlement-rs/payments.csv"), &csv).unwrap();
+        assert!(wasm.exists());
+        let _host = start(&redis, &jobs, &data, "py-a");
+        let mut exports = Vec::new();
+        for job in ["settlement", "settlement-rs"] {
+            let done = wait_for(
+                &format!("a done run of {job}"),
+                Duration::from_secs(120),
+                || async {
+                    run_records(&redis, job)
+                        .await
+                        .into_iter()
+                        .find(|r| r["status"] == "done")
+                },
+            )
+            .await;
+            let period = done["period"].as_str().unwrap().to_string();
+            let export: Vec<u8> = redis
+                .conn()
+                .await
+                .get(format!("lh:{{{job}}}:data:export/{period}"))
+                .await
+                .unwrap();
+            exports.push((period, export));
+        }
+        assert_eq!(exports[0].0, exports[1].0, "the same period");
+        assert!(!exports[0].1.is_empty());
+        assert_eq!(
+            String::from_utf8_lossy(&exports[0].1),
+            String::from_utf8_lossy(&exports[1].1)
+        );
+    })
+    .await;
+}
