@@ -69,6 +69,13 @@ mod end_to_end;
 // Three replicas: crash (SIGKILL), zombie (SIGSTOP/SIGCONT) and graceful (SIGTERM) mid-run.
 mod failover;
 
+// A job written in Python (componentize-py): check, a leader killed mid-run, an exception's
+// traceback in the run record.
+mod python;
+
+// `leasehold new`: the Rust and Python scaffolds build and pass `check`.
+mod scaffold;
+
 // The billing guest through crash and zombie failovers: one charge per customer per period.
 mod billing;
 

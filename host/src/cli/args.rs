@@ -33,6 +33,26 @@ pub(crate) enum Command {
         /// The host limits to check against (the same flags as `leasehold run`).
         #[command(flatten)]
         limits: LimitArgs,
+        /// The compiled-code cache to read and fill, shared with `leasehold run` (same flag and
+        /// default): a job checked here loads without compiling on a host using the same
+        /// directory [default: $XDG_CACHE_HOME/leasehold or ~/.cache/leasehold].
+        #[arg(long, env = "LEASEHOLD_CACHE_DIR")]
+        cache_dir: Option<PathBuf>,
+        /// Compile without reading or filling any cache.
+        #[arg(long, conflicts_with = "cache_dir")]
+        no_cache: bool,
+    },
+    /// Make a new job's project directory (Rust with the guest SDK, or Python with
+    /// componentize-py) that builds and passes `leasehold check`.
+    New {
+        /// The job's name (1 to 64 of `a-z`, `0-9`, `-`, starting with a letter).
+        name: String,
+        /// The language of the job.
+        #[arg(long, value_enum)]
+        lang: Lang,
+        /// Where to create the project [default: ./NAME]; must not exist.
+        #[arg(long)]
+        dir: Option<PathBuf>,
     },
     /// Ask for a run of a period now (a period that is already done is not run again; a
     /// failed, missed or skipped one gets a new attempt).
@@ -52,6 +72,15 @@ pub(crate) enum Command {
     /// Run the reference scenario locally and narrate it: three replicas, the leader frozen
     /// mid-run, a successor with a higher token, the zombie fenced, one report for the day.
     Demo(DemoArgs),
+}
+
+/// The languages `leasehold new` scaffolds.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lang {
+    /// A `cdylib` crate on the guest SDK, built with `cargo build --target wasm32-wasip2`.
+    Rust,
+    /// An `app.py`, built with componentize-py.
+    Python,
 }
 
 /// Flags of `leasehold demo`.
@@ -109,6 +138,11 @@ pub(crate) struct LimitArgs {
     /// memory limit).
     #[arg(long, env = "LEASEHOLD_MAX_MEMORIES", default_value_t = 64)]
     pub max_memories: u32,
+    /// Guest instances live at once (steps running, `describe()` calls), kept in wasmtime's
+    /// pooling allocator with copy-on-write memory images; a further step waits for a slot.
+    /// 0 allocates every instance on demand instead.
+    #[arg(long, env = "LEASEHOLD_INSTANCE_POOL", default_value_t = 64)]
+    pub instance_pool: u32,
 }
 
 impl LimitArgs {
@@ -125,6 +159,7 @@ impl LimitArgs {
             max_instances: self.max_instances,
             max_tables: self.max_tables,
             max_memories: self.max_memories,
+            instance_pool: self.instance_pool,
         }
     }
 }

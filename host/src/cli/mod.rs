@@ -11,6 +11,7 @@
 
 pub(crate) mod args;
 mod client;
+mod new;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -18,7 +19,7 @@ use std::time::Duration;
 
 use leasehold::config::{NodeConfig, hostname, show, show_size};
 use leasehold::keys::JobKeys;
-use leasehold::runtime::Runtime;
+use leasehold::runtime::{Compiled, Runtime};
 use leasehold::spec::validate_job_name;
 use leasehold::{node, redis_conn, runs};
 
@@ -29,7 +30,20 @@ pub(crate) async fn main(cli: Cli) -> ExitCode {
     redis_conn::install_tls_provider();
     let result = match cli.command {
         Command::Run(args) => run(*args).await,
-        Command::Check { file, limits } => check(file, limits).await,
+        Command::Check {
+            file,
+            limits,
+            cache_dir,
+            no_cache,
+        } => {
+            let cache = if no_cache {
+                None
+            } else {
+                cache_dir.or_else(leasehold::config::default_cache_dir)
+            };
+            check(file, limits, cache).await
+        }
+        Command::New { name, lang, dir } => new_job(lang, &name, dir),
         Command::Trigger(args) => trigger(args).await,
         Command::Runs(args) => list_runs(args).await,
         Command::Status(args) => client::status(args).await,
@@ -142,8 +156,12 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     })
 }
 
-async fn check(file: PathBuf, limits: LimitArgs) -> anyhow::Result<()> {
+async fn check(file: PathBuf, limits: LimitArgs, cache: Option<PathBuf>) -> anyhow::Result<()> {
     let runtime = Runtime::new(limits.raw().validate()?)?;
+    let runtime = match &cache {
+        Some(dir) => runtime.with_cache(dir)?,
+        None => runtime,
+    };
     let job = runtime
         .load(&file)
         .await
@@ -151,6 +169,18 @@ async fn check(file: PathBuf, limits: LimitArgs) -> anyhow::Result<()> {
     println!("{} is a valid leasehold job", file.display());
     println!("{}", job.spec);
     println!("component:  {}", job.hash);
+    println!(
+        "compiled:   {}",
+        match (&cache, job.compiled) {
+            (Some(dir), Compiled::Cached) =>
+                format!("no: loaded from the cache in {}", dir.display()),
+            (Some(dir), _) => format!(
+                "yes: compiled now and stored in the cache in {}",
+                dir.display()
+            ),
+            (None, _) => "yes: compiled now (no cache)".to_string(),
+        }
+    );
     println!("world:      leasehold:job@{}", job.world());
     if let Some(hash) = &job.sidecar {
         println!(
@@ -168,6 +198,29 @@ async fn check(file: PathBuf, limits: LimitArgs) -> anyhow::Result<()> {
     }
     if let Some(p) = job.spec.schedule.next(now) {
         println!("next:       period {} at {}", p.id, p.fire.to_rfc3339());
+    }
+    Ok(())
+}
+
+fn new_job(lang: args::Lang, name: &str, dir: Option<PathBuf>) -> anyhow::Result<()> {
+    let dir = dir.unwrap_or_else(|| PathBuf::from(name));
+    let files = new::scaffold(lang, name, &dir)?;
+    println!("created {} ({} files)", dir.display(), files.len());
+    for f in &files {
+        println!("  {}", f.display());
+    }
+    match lang {
+        args::Lang::Rust => println!(
+            "build:  cd {} && cargo build --release --target wasm32-wasip2\ncheck:  leasehold check {}/target/wasm32-wasip2/release/{}.wasm",
+            dir.display(),
+            dir.display(),
+            name.replace('-', "_")
+        ),
+        args::Lang::Python => println!(
+            "build:  cd {} && componentize-py -d wit/job.wit -w job componentize app -o {name}.wasm\ncheck:  leasehold check {}/{name}.wasm",
+            dir.display(),
+            dir.display()
+        ),
     }
     Ok(())
 }

@@ -1,0 +1,103 @@
+//! `leasehold new --lang rust|python NAME`: a new job's project directory, ready to build and
+//! pass `leasehold check`.
+//!
+//! Every scaffold carries the job world this binary loads (`wit/job.wit`); the Rust one also
+//! carries the guest SDK (`leasehold-guest/`, the same crate as `guest-jobs/sdk`), so it builds
+//! outside this repository with nothing but crates.io. The templates live in
+//! `cli/templates/` and are compiled into the binary; `{{name}}` stands for the job's name.
+
+use std::path::{Path, PathBuf};
+
+use leasehold::spec::validate_job_name;
+
+use super::args::Lang;
+
+/// The job world, as this binary loads it.
+const WORLD: &str = include_str!("../../../wit/job.wit");
+
+/// Files of the Python scaffold: path in the project → template.
+const PYTHON: &[(&str, &str)] = &[
+    ("app.py", include_str!("templates/python/app.py")),
+    ("README.md", include_str!("templates/python/README.md")),
+];
+
+/// Files of the Rust scaffold: path in the project → template.
+const RUST: &[(&str, &str)] = &[
+    ("Cargo.toml", include_str!("templates/rust/Cargo.toml")),
+    (
+        ".cargo/config.toml",
+        include_str!("templates/rust/config.toml"),
+    ),
+    ("src/lib.rs", include_str!("templates/rust/lib.rs")),
+    ("README.md", include_str!("templates/rust/README.md")),
+    (
+        "leasehold-guest/Cargo.toml",
+        include_str!("templates/rust/sdk-Cargo.toml"),
+    ),
+    (
+        "leasehold-guest/src/lib.rs",
+        include_str!("../../../guest-jobs/sdk/src/lib.rs"),
+    ),
+    (
+        "leasehold-guest/src/error.rs",
+        include_str!("../../../guest-jobs/sdk/src/error.rs"),
+    ),
+    (
+        "leasehold-guest/src/json.rs",
+        include_str!("../../../guest-jobs/sdk/src/json.rs"),
+    ),
+    (
+        "leasehold-guest/src/spec.rs",
+        include_str!("../../../guest-jobs/sdk/src/spec.rs"),
+    ),
+    (
+        "leasehold-guest/src/state.rs",
+        include_str!("../../../guest-jobs/sdk/src/state.rs"),
+    ),
+];
+
+/// Where the SDK finds the world in this repository, and in a scaffold (its own `wit/`).
+const SDK_WORLD_PATH: (&str, &str) = ("path: \"../../wit\"", "path: \"wit\"");
+
+/// Creates `dir` (which must not exist) with a job named `name` in `lang`; returns the files
+/// written.
+pub(crate) fn scaffold(lang: Lang, name: &str, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    validate_job_name(name)?;
+    if dir.exists() {
+        anyhow::bail!(
+            "{} already exists: leasehold new writes a new directory only",
+            dir.display()
+        );
+    }
+    let mut files: Vec<(String, String)> = match lang {
+        Lang::Python => PYTHON,
+        Lang::Rust => RUST,
+    }
+    .iter()
+    .map(|(path, text)| {
+        let text = if path.starts_with("leasehold-guest/src/") {
+            text.replace(SDK_WORLD_PATH.0, SDK_WORLD_PATH.1)
+        } else {
+            text.replace("{{name_snake}}", &name.replace('-', "_"))
+                .replace("{{name}}", name)
+        };
+        (path.to_string(), text)
+    })
+    .collect();
+    files.push(("wit/job.wit".into(), WORLD.to_string()));
+    if lang == Lang::Rust {
+        files.push(("leasehold-guest/wit/job.wit".into(), WORLD.to_string()));
+    }
+    let mut written = Vec::new();
+    for (path, text) in files {
+        let path = dir.join(path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", parent.display()))?;
+        }
+        std::fs::write(&path, text)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
+}

@@ -1,0 +1,158 @@
+//! `leasehold new`: each language's scaffold builds with its own toolchain (cargo for
+//! `wasm32-wasip2`, componentize-py) and passes `leasehold check`; bad names and existing
+//! directories are refused.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use leasehold_harness::{componentize_py, guests, output_in};
+
+use crate::harness::{TempDir, deadline, run_leasehold, run_leasehold_within};
+
+/// Runs `cmd` to completion within `limit`; panics with its output unless it succeeds.
+fn succeed(what: &str, mut cmd: Command, limit: Duration) -> String {
+    cmd.stdin(std::process::Stdio::null());
+    let out = output_in(cmd, limit);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{what} failed:\n{text}");
+    text
+}
+
+/// `leasehold check FILE` succeeds and names the job.
+fn assert_checks(wasm: &Path, name: &str) {
+    let out = run_leasehold_within(&[Path::new("check"), wasm], Duration::from_secs(180));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "check refused the scaffold: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("name:") && stdout.contains(name),
+        "{stdout}"
+    );
+}
+
+#[tokio::test]
+async fn a_rust_scaffold_builds_and_passes_check() {
+    deadline(Duration::from_secs(300), async {
+        let tmp = TempDir::new("new-rust");
+        let dir = tmp.path().join("nightly-count");
+        let out = run_leasehold(&[
+            "new",
+            "nightly-count",
+            "--lang",
+            "rust",
+            "--dir",
+            dir.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The guests' target directory: wit-bindgen and serde are compiled there already.
+        let target = guests()
+            .dir()
+            .ancestors()
+            .nth(2)
+            .expect("<target>/wasm32-wasip2/debug")
+            .to_path_buf();
+        let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        cargo
+            .current_dir(&dir)
+            .arg("build")
+            .arg("--target-dir")
+            .arg(&target)
+            .env_remove("CARGO_ENCODED_RUSTFLAGS")
+            .env_remove("RUSTFLAGS");
+        succeed(
+            "cargo build of the scaffold",
+            cargo,
+            Duration::from_secs(240),
+        );
+        assert_checks(
+            &target.join("wasm32-wasip2/debug/nightly_count.wasm"),
+            "nightly-count",
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_python_scaffold_builds_and_passes_check() {
+    deadline(Duration::from_secs(300), async {
+        let tmp = TempDir::new("new-python");
+        let dir = tmp.path().join("tally");
+        let out = run_leasehold(&[
+            "new",
+            "tally",
+            "--lang",
+            "python",
+            "--dir",
+            dir.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The build command the scaffold's README gives.
+        let mut build = Command::new(componentize_py());
+        build.current_dir(&dir).args([
+            "-d",
+            "wit/job.wit",
+            "-w",
+            "job",
+            "componentize",
+            "app",
+            "-o",
+            "tally.wasm",
+        ]);
+        succeed(
+            "componentize-py on the scaffold",
+            build,
+            Duration::from_secs(180),
+        );
+        assert_checks(&dir.join("tally.wasm"), "tally");
+    })
+    .await;
+}
+
+#[test]
+fn bad_names_and_existing_directories_are_refused() {
+    let tmp = TempDir::new("new-refused");
+    let out = run_leasehold(&[
+        "new",
+        "Bad_Name",
+        "--lang",
+        "rust",
+        "--dir",
+        tmp.path().join("x").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Bad_Name"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run_leasehold(&[
+        "new",
+        "fine",
+        "--lang",
+        "python",
+        "--dir",
+        tmp.path().to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("already exists"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
