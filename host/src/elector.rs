@@ -41,6 +41,7 @@ use tracing::{debug, info, warn};
 use crate::config::{Timing, show};
 use crate::keys::JobKeys;
 use crate::lease::{self, Acquired};
+use crate::renewals::Renewed;
 use crate::term::{Replicas, Term, mono_ms};
 
 /// This node's role for one job.
@@ -131,7 +132,9 @@ impl Drop for LeaseRuntime {
     }
 }
 
-/// Release notices by channel (`lh:{job}:released`): jobs come and go while the listener runs.
+/// Notices by channel: each job's release channel (`lh:{job}:released`, waking its elector) and
+/// notice channel (`lh:{job}:notify`, waking its runner); jobs come and go while the listener
+/// runs.
 pub type ReleaseNotices = Arc<std::sync::Mutex<HashMap<String, Arc<Notify>>>>;
 
 /// What one job's elector needs.
@@ -149,10 +152,19 @@ pub struct Elector {
     pub released: Arc<Notify>,
     /// Replicas every write of this node's terms waits for (`--min-replicas`).
     pub replicas: Option<Replicas>,
+    /// The membership as this host sees it: a host not preferred for the job campaigns a
+    /// heartbeat late (see [`crate::members`]).
+    pub members: watch::Receiver<crate::members::View>,
+    /// The token of a term the runner asks to hand over (between runs): the elector releases
+    /// that term's lease and campaigns again as a non-preferred host.
+    pub hand_over: watch::Receiver<u64>,
+    /// The host's renewal batcher: one pipeline per heartbeat for every term it leads.
+    pub renewals: crate::renewals::Renewals,
 }
 
-/// Subscribes to every job's release channel and wakes the elector registered for the channel
-/// in `jobs` on each notice, until `stop` is cancelled. Reconnects after a lost connection.
+/// Subscribes to every job's release and notice channels and wakes what is registered for the
+/// channel in `jobs` on each message, until `stop` is cancelled. Reconnects after a lost
+/// connection (meanwhile followers fall back to lease expiry, runners to their poll).
 pub async fn listen_for_releases(
     client: redis::Client,
     jobs: ReleaseNotices,
@@ -164,6 +176,7 @@ pub async fn listen_for_releases(
             let mut pubsub = client.get_async_pubsub().await?;
             // One pattern for every job, so jobs added later need no new subscription.
             pubsub.psubscribe(crate::keys::RELEASED_PATTERN).await?;
+            pubsub.psubscribe(crate::keys::NOTICE_PATTERN).await?;
             warned = false;
             let mut messages = pubsub.on_message();
             while let Some(msg) = messages.next().await {
@@ -198,6 +211,7 @@ pub async fn listen_for_releases(
 /// Why a term ended.
 enum Ended {
     Resigned,
+    HandedOver,
     Lost(String),
 }
 
@@ -229,12 +243,24 @@ impl Elector {
                 *since = Some(Instant::now());
             }
         };
+        // The node whose lease this host last saw (and then saw expire or be released): it is
+        // left out of the preference, since it is gone or has just given the job away.
+        let mut last_holder: Option<String> = None;
         while !resign.is_cancelled() {
+            if let Some(preferred) = self.defer_to(last_holder.as_deref()) {
+                debug!(preferred = %preferred, "not the preferred member: campaigning a heartbeat late");
+                tokio::select! {
+                    _ = tokio::time::sleep(heartbeat) => {}
+                    _ = resign.cancelled() => break,
+                }
+            }
             let owner = format!("{node}:{}", uuid::Uuid::new_v4());
+            // The preferred member asks for the job while another holds it.
+            let ask = self.is_preferred().then_some(node);
             let sent = Instant::now();
             let acquired = tokio::time::timeout(
                 redis_timeout,
-                lease::acquire(&mut conn, &self.keys, &owner, lease_ttl),
+                lease::acquire_or_ask(&mut conn, &self.keys, &owner, lease_ttl, ask),
             )
             .await;
             let wait = match acquired {
@@ -249,7 +275,11 @@ impl Elector {
                     role.send_replace(Role::Leader(term.clone()));
                     leader_known(true, &mut leaderless_since);
                     metrics.became_leader(job, token);
-                    let ended = self.lead(&mut conn, &term, &resign).await;
+                    last_holder = None;
+                    let mut hand_over = self.hand_over.clone();
+                    // Only a request made during this term counts.
+                    hand_over.borrow_and_update();
+                    let ended = self.lead(&term, &resign, &mut hand_over).await;
                     term.end();
                     metrics.stopped_leading(job);
                     leader_known(false, &mut leaderless_since);
@@ -276,6 +306,20 @@ impl Elector {
                             }
                             break;
                         }
+                        Ended::HandedOver => {
+                            let released = tokio::time::timeout(
+                                redis_timeout,
+                                lease::release(&mut conn, &self.keys, &owner),
+                            )
+                            .await;
+                            info!(
+                                token,
+                                released = matches!(released, Ok(Ok(true))),
+                                "handed over: lease released for the preferred member"
+                            );
+                            role.send_replace(Role::Candidate);
+                            continue;
+                        }
                         Ended::Lost(why) => {
                             warn!(
                                 token,
@@ -292,6 +336,7 @@ impl Elector {
                 }
                 Ok(Ok(Acquired::Held { holder, ttl })) => {
                     leader_known(true, &mut leaderless_since);
+                    last_holder = Some(owner_node(&holder).to_string());
                     let changed =
                         !matches!(&*role.borrow(), Role::Follower { leader } if *leader == holder);
                     if changed {
@@ -353,39 +398,59 @@ impl Elector {
         }
     }
 
-    /// Renews every heartbeat until the term ends or the node resigns.
+    /// The member to let campaign first, when this host is not the job's preferred member
+    /// among the live ones (`gone`, the last holder seen, left out); `None` to campaign now.
+    fn defer_to(&self, gone: Option<&str>) -> Option<String> {
+        let view = self.members.borrow();
+        let gone = gone.filter(|g| *g != self.node);
+        match view.preferred(&self.job, gone) {
+            Some(p) if p != self.node => Some(p.to_string()),
+            _ => None,
+        }
+    }
+
+    /// Whether this host is the job's preferred member among the live ones.
+    fn is_preferred(&self) -> bool {
+        self.members.borrow().preferred(&self.job, None) == Some(self.node.as_str())
+    }
+
+    /// Renews with the host's batch every heartbeat until the term ends, the node resigns, or
+    /// the runner asks to hand the term over.
     async fn lead(
         &self,
-        conn: &mut ConnectionManager,
         term: &Term,
         resign: &CancellationToken,
+        hand_over: &mut watch::Receiver<u64>,
     ) -> Ended {
-        let Timing {
-            lease_ttl,
-            heartbeat,
-            redis_timeout,
-            ..
-        } = self.timing;
         let (job, token) = (self.job.as_str(), term.token());
+        let mut batch = self.renewals.add(&self.keys, term.owner());
         loop {
             tokio::select! {
-                _ = tokio::time::sleep(heartbeat) => {}
-                _ = resign.cancelled() => return Ended::Resigned,
-                _ = term.ended() => return Ended::Lost(ended_reason(term)),
-            }
-            let sent = Instant::now();
-            tokio::select! {
-                renewed = tokio::time::timeout(redis_timeout, lease::renew(conn, &self.keys, term.owner(), lease_ttl)) => match renewed {
-                    Ok(Ok(true)) => {
+                renewed = batch.renewed.recv() => match renewed {
+                    Some(Renewed::Yes { sent }) => {
                         term.extend(sent + self.timing.leader_window());
                         crate::metrics::get().renewed(job, sent.elapsed());
                         debug!(token, sent_ms = mono_ms(sent), deadline_ms = term.deadline_ms(), "renewed");
                     }
-                    Ok(Ok(false)) => return Ended::Lost("the lease is no longer ours".into()),
-                    Ok(Err(e)) => warn!(token, sent_ms = mono_ms(sent), deadline_ms = term.deadline_ms(), "renewal failed: {e}"),
-                    Err(_) => warn!(token, sent_ms = mono_ms(sent), deadline_ms = term.deadline_ms(), "renewal got no reply within {}", show(redis_timeout)),
+                    Some(Renewed::NotOurs) => return Ended::Lost("the lease is no longer ours".into()),
+                    Some(Renewed::Failed(e)) => warn!(token, deadline_ms = term.deadline_ms(), "renewal failed: {e}"),
+                    // The batcher stopped (shutdown): the deadline ends the term.
+                    None => {
+                        tokio::select! {
+                            _ = resign.cancelled() => return Ended::Resigned,
+                            _ = term.ended() => return Ended::Lost(ended_reason(term)),
+                        }
+                    }
                 },
+                _ = resign.cancelled() => return Ended::Resigned,
                 _ = term.ended() => return Ended::Lost(ended_reason(term)),
+                Ok(()) = hand_over.changed() => {
+                    // Another term's request (an older one) is ignored.
+                    if *hand_over.borrow_and_update() == token {
+                        term.end();
+                        return Ended::HandedOver;
+                    }
+                }
             }
         }
     }

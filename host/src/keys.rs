@@ -5,11 +5,17 @@
 //! layout". Every key is built by a method here; change the table with the method.
 //!
 //! Channel `lh:{job}:released` (pub/sub, not a key): the release script publishes the old
-//! owner there, so followers campaign at once instead of waiting for the TTL.
+//! owner there, so followers campaign at once instead of waiting for the TTL. Channel
+//! `lh:{job}:notify`: operators' requests and pause flags, and a member asking for the job,
+//! publish there, so the leader's runner reads its state at once.
 
 /// Pattern matching every job's release channel (`PSUBSCRIBE`; `{` and `}` are literal in
 /// Redis patterns).
 pub const RELEASED_PATTERN: &str = "lh:{*}:released";
+
+/// Pattern matching every job's notice channel: an operator's trigger, pause or resume, or a
+/// member asking for the job, wakes the job's runner at once instead of at its next poll.
+pub const NOTICE_PATTERN: &str = "lh:{*}:notify";
 
 /// The keys of one job. Cheap to clone; built once per job.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,6 +62,12 @@ impl JobKeys {
         format!("{}run:*", self.prefix)
     }
 
+    /// The node id of the job's preferred member while it follows the job and asks for it
+    /// (set by the acquire script, expiring after twice the lease TTL).
+    pub fn wanted(&self) -> String {
+        format!("{}wanted", self.prefix)
+    }
+
     /// The token counter.
     pub fn token(&self) -> String {
         format!("{}token", self.prefix)
@@ -89,6 +101,12 @@ impl JobKeys {
     /// Pub/sub channel announcing that the lease was released.
     pub fn released_channel(&self) -> String {
         format!("{}released", self.prefix)
+    }
+
+    /// The channel where the job's inputs announce a change (a request, the pause flag, a
+    /// member asking for the job): the leader's runner reads its state at once.
+    pub fn notice_channel(&self) -> String {
+        format!("{}notify", self.prefix)
     }
 
     /// Operator requests (hash: period → `<request id> <what the operator saw>`). Named

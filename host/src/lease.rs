@@ -34,11 +34,22 @@ use crate::keys::JobKeys;
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
--- KEYS: lease, token counter, fence.  ARGV: owner, ttl in ms.
+-- KEYS: lease, token counter, fence, wanted.  ARGV: owner, ttl in ms, asking node id (or
+-- empty), the job's notice channel.
 -- Everything is read and checked before anything is written: a script error (a key of the
 -- wrong type, a counter that is not a number) leaves Redis as it was, with no lease held.
 local holder = redis.call('GET', KEYS[1])
 if holder then
+  -- A follower that is the job's preferred member asks for it (KEYS[4], ARGV[3]: its node id),
+  -- for twice the TTL: the leader hands the job over only to a member that asked.
+  if ARGV[3] and ARGV[3] ~= '' then
+    local asked = redis.call('GET', KEYS[4])
+    redis.call('SET', KEYS[4], ARGV[3], 'PX', tonumber(ARGV[2]) * 2)
+    -- A new ask wakes the leader's runner (ARGV[4]: the job's notice channel).
+    if asked ~= ARGV[3] then
+      redis.call('PUBLISH', ARGV[4], 'wanted')
+    end
+  end
   return {0, holder, redis.call('PTTL', KEYS[1])}
 end
 local counter_raw = redis.call('GET', KEYS[2])
@@ -130,12 +141,29 @@ pub async fn acquire<C: ConnectionLike>(
     owner: &str,
     ttl: Duration,
 ) -> LeaseResult<Acquired> {
+    acquire_or_ask(conn, keys, owner, ttl, None).await
+}
+
+/// [`acquire`]; when the lease is held by another owner and `ask` names this node, it also
+/// records in the same script that this node asks for the job (`lh:{job}:wanted`, for twice
+/// the TTL): the leader hands a job over only to a member that asked (see
+/// [`crate::balance`]).
+pub async fn acquire_or_ask<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &JobKeys,
+    owner: &str,
+    ttl: Duration,
+    ask: Option<&str>,
+) -> LeaseResult<Acquired> {
     let (won, value, ttl_ms): (i64, String, i64) = ACQUIRE
         .key(keys.lease())
         .key(keys.token())
         .key(keys.fence())
+        .key(keys.wanted())
         .arg(owner)
         .arg(ttl.as_millis() as u64)
+        .arg(ask.unwrap_or(""))
+        .arg(keys.notice_channel())
         .invoke_async(conn)
         .await?;
     if won == 1 {
@@ -166,6 +194,37 @@ pub async fn renew<C: ConnectionLike>(
         .invoke_async(conn)
         .await?;
     Ok(ok == 1)
+}
+
+/// Renews every `(keys, owner)` lease of `terms` to `ttl` in one pipeline (one round trip):
+/// each is the owner-checked renew script on its own, so each answers for itself — `Ok(true)`
+/// renewed, `Ok(false)` not that owner's any more, `Err` that renewal failed. The script is
+/// loaded first in the same pipeline, so a Redis that lost its script cache still runs it.
+/// The outer `Err` is the pipeline's own failure (connection, I/O).
+pub async fn renew_many<C: ConnectionLike>(
+    conn: &mut C,
+    terms: &[(JobKeys, String)],
+    ttl: Duration,
+) -> redis::RedisResult<Vec<LeaseResult<bool>>> {
+    let mut pipe = redis::pipe();
+    pipe.load_script(&RENEW).ignore();
+    let invocations: Vec<_> = terms
+        .iter()
+        .map(|(keys, owner)| {
+            let mut i = RENEW.key(keys.lease());
+            i.arg(owner.as_str()).arg(ttl.as_millis() as u64);
+            i
+        })
+        .collect();
+    for i in &invocations {
+        pipe.invoke_script(i);
+    }
+    let replies: Vec<redis::RedisResult<(i64, String)>> =
+        pipe.ignore_errors().query_async(conn).await?;
+    Ok(replies
+        .into_iter()
+        .map(|r| r.map(|(ok, _)| ok == 1))
+        .collect())
 }
 
 /// Deletes the lease if `owner` still holds it and announces it on the job's release channel

@@ -28,6 +28,7 @@
 //! The command line and `leasehold demo` are modules of the binary (`src/main.rs`), not of this
 //! library. Modules without a link above are crate-private.
 
+pub(crate) mod balance;
 mod catalog;
 pub mod config;
 pub(crate) mod deployment;
@@ -38,10 +39,12 @@ mod jobs_dir;
 pub mod keys;
 pub mod lease;
 pub mod logging;
+pub mod members;
 pub(crate) mod metrics;
 pub mod node;
 pub mod quota;
 pub mod redis_conn;
+pub mod renewals;
 mod runner;
 pub mod runs;
 pub mod runtime;

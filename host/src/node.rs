@@ -36,7 +36,7 @@ use crate::elector::{Elector, LeaseRuntime, ReleaseNotices, Role};
 use crate::jobs_dir::{self, JobsDir, RESCAN, SETTLE, Scan};
 use crate::keys::JobKeys;
 use crate::redis_conn;
-use crate::runner::Runner;
+use crate::runner::{Runner, RunnerHost};
 use crate::runtime::{LoadedJob, Runtime};
 
 /// Longest a stopping runner (or, at shutdown, any other task of the node) is waited for.
@@ -65,6 +65,12 @@ struct Host {
     electors: CancellationToken,
     /// Every task the node spawns.
     tasks: TaskTracker,
+    /// The membership, as this node's registrations see it.
+    members: watch::Receiver<crate::members::View>,
+    /// This node's rate of hand-overs to preferred members.
+    handoffs: Arc<crate::balance::Limiter>,
+    /// The renewal batcher every elector's term renews through.
+    renewals: crate::renewals::Renewals,
 }
 
 /// One served job: its elector (lease runtime) and its runner (main runtime).
@@ -166,10 +172,13 @@ impl Host {
         let keys = JobKeys::new(&name);
         let released = Arc::new(tokio::sync::Notify::new());
         let channel = keys.released_channel();
-        self.notices
-            .lock()
-            .expect("release notices")
-            .insert(channel.clone(), released.clone());
+        let notice = Arc::new(tokio::sync::Notify::new());
+        {
+            let mut notices = self.notices.lock().expect("release notices");
+            notices.insert(channel.clone(), released.clone());
+            notices.insert(keys.notice_channel(), notice.clone());
+        }
+        let (hand_over_tx, hand_over) = watch::channel(0u64);
         let elector = Elector {
             job: name.clone(),
             node: node.clone(),
@@ -177,6 +186,9 @@ impl Host {
             keys: keys.clone(),
             released,
             replicas: cfg.replicas,
+            members: self.members.clone(),
+            hand_over,
+            renewals: self.renewals.clone(),
         };
         let span = job_span(&name, node);
         let resign = self.electors.child_token();
@@ -189,11 +201,21 @@ impl Host {
         let (version, versions) = watch::channel(job.clone());
         let runner = Runner::new(
             versions,
-            self.runtime.clone(),
-            self.conn.clone(),
-            node.clone(),
-            cfg.timing,
+            RunnerHost {
+                runtime: self.runtime.clone(),
+                conn: self.conn.clone(),
+                node: node.clone(),
+                timing: cfg.timing,
+            },
             data_dir,
+            crate::balance::Balance::new(
+                node.clone(),
+                self.members.clone(),
+                hand_over_tx,
+                self.handoffs.clone(),
+                cfg.timing.heartbeat,
+            ),
+            notice,
         );
         let stop_runner = self.runners.child_token();
         let runner = self
@@ -248,10 +270,9 @@ impl Host {
             if tokio::time::timeout(limit, elector).await.is_err() {
                 warn!(job = %name, node = %self.cfg.node_id, "the elector did not stop in time");
             }
-            self.notices
-                .lock()
-                .expect("release notices")
-                .remove(&channel);
+            let mut notices = self.notices.lock().expect("release notices");
+            notices.remove(&channel);
+            notices.remove(&JobKeys::new(&name).notice_channel());
         }
     }
 }
@@ -316,6 +337,53 @@ pub async fn run(
         crate::elector::listen_for_releases(client, notices.clone(), stop_listener.clone()),
         leases.handle(),
     );
+    // Membership: registered once before any job campaigns (so that preference is known from
+    // the first campaign), then every heartbeat on the lease runtime.
+    let member = crate::members::MemberInfo {
+        capacity: cfg.capacity,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        http: http
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+            .map(|a| a.to_string()),
+        since: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+    };
+    let member_timing = (
+        cfg.timing.lease_ttl,
+        cfg.timing.heartbeat,
+        cfg.timing.redis_timeout,
+    );
+    let first_view = match tokio::time::timeout(
+        cfg.timing.redis_timeout,
+        crate::members::register(
+            &mut lease_conn.clone(),
+            &node,
+            &member,
+            cfg.timing.lease_ttl,
+        ),
+    )
+    .await
+    {
+        Ok(Ok(m)) => crate::members::View::default().next(m, std::time::Instant::now()),
+        _ => {
+            warn!(node = %node, "could not register in the membership at start-up; every job campaigns at once until it can");
+            crate::members::View::default()
+        }
+    };
+    info!(node = %node, members = ?first_view.members.keys().collect::<Vec<_>>(), capacity = cfg.capacity, "registered in the membership");
+    let (members_tx, members) = watch::channel(first_view);
+    let stop_members = CancellationToken::new();
+    let membership = tasks.spawn_on(
+        crate::members::keep_registered(
+            lease_conn.clone(),
+            node.clone(),
+            member,
+            member_timing,
+            members_tx,
+            stop_members.clone(),
+        ),
+        leases.handle(),
+    );
     let (_watcher, mut changes) = jobs_dir::watch(&cfg.jobs_dir);
     let watching = _watcher.is_some();
     let (catalog, catalog_rx) = watch::channel(Catalog::default());
@@ -335,6 +403,7 @@ pub async fn run(
             jobs: catalog_rx,
             token: cfg.http_token.clone(),
             timing: cfg.timing,
+            members: members.clone(),
         };
         let stop = stop_http.clone().cancelled_owned();
         tasks.spawn(async move {
@@ -343,6 +412,14 @@ pub async fn run(
             }
         });
     }
+    let handoffs = Arc::new(crate::balance::Limiter::new(cfg.timing.heartbeat));
+    let stop_renewals = CancellationToken::new();
+    let renewals = crate::renewals::Renewals::start(
+        leases.handle(),
+        lease_conn.clone(),
+        cfg.timing,
+        stop_renewals.clone(),
+    );
     let mut host = Host {
         cfg,
         runtime,
@@ -355,6 +432,9 @@ pub async fn run(
         runners: CancellationToken::new(),
         electors: CancellationToken::new(),
         tasks: tasks.clone(),
+        handoffs,
+        members,
+        renewals,
     };
     let mut settling = first.settling;
     let nothing_yet = first.jobs.is_empty() && first.compiling.is_empty() && !first.settling;
@@ -404,6 +484,10 @@ pub async fn run(
     host.runners.cancel();
     host.electors.cancel();
     info!(node = %node, "steps stopped and leases released");
+    // Out of the membership last: until its leases are released it is still a member.
+    stop_renewals.cancel();
+    stop_members.cancel();
+    let _ = tokio::time::timeout(host.cfg.timing.redis_timeout * 2, membership).await;
     stop_listener.cancel();
     tasks.close();
     if tokio::time::timeout(STOP_GRACE, tasks.wait())

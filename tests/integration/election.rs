@@ -27,7 +27,7 @@ async fn one_of_three_leads_and_a_follower_takes_over_with_a_higher_token() {
             let conn = redis::aio::ConnectionManager::new(redis.client()).await.unwrap();
             let (role_tx, role_rx) = watch::channel(Role::Candidate);
             let resign = CancellationToken::new();
-            let elector = Elector { job: "recon".into(), node: format!("n{i}"), timing, keys: JobKeys::new("recon"), released: Arc::new(Notify::new()), replicas: None };
+            let elector = Elector { job: "recon".into(), node: format!("n{i}"), timing, keys: JobKeys::new("recon"), released: Arc::new(Notify::new()), replicas: None, members: no_members(), hand_over: watch::channel(0).1, renewals: renewals(&conn, timing) };
             let task = tokio::spawn(elector.run(conn, role_tx, resign.clone()));
             nodes.push((task, role_rx, resign));
         }
@@ -103,6 +103,9 @@ async fn a_resigning_leader_hands_over_without_waiting_for_the_ttl() {
                 keys: keys.clone(),
                 released,
                 replicas: None,
+                members: no_members(),
+                hand_over: watch::channel(0).1,
+                renewals: renewals(&conn, timing),
             };
             tokio::spawn(elector.run(conn, role_tx, resign.clone()));
             // Let n0 win before n1 starts, so that n1 is the follower.
@@ -134,4 +137,23 @@ async fn a_resigning_leader_hands_over_without_waiting_for_the_ttl() {
         assert!(second > first);
     })
     .await;
+}
+
+/// An empty membership: every elector campaigns at once (balancing is tested with real hosts in
+/// `balance.rs`).
+fn no_members() -> watch::Receiver<leasehold::members::View> {
+    watch::channel(leasehold::members::View::default()).1
+}
+
+/// A renewal batcher of its own for one elector, on the test's runtime.
+fn renewals(
+    conn: &redis::aio::ConnectionManager,
+    timing: leasehold::config::Timing,
+) -> leasehold::renewals::Renewals {
+    leasehold::renewals::Renewals::start(
+        &tokio::runtime::Handle::current(),
+        conn.clone(),
+        timing,
+        CancellationToken::new(),
+    )
 }

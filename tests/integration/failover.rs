@@ -226,6 +226,17 @@ fn all_terms(cluster: &Cluster) -> Vec<u64> {
         .collect()
 }
 
+/// Terms that began because a fault ended the one before (or the first): every term, less those
+/// that followed a graceful hand-over to a job's preferred member (balancing, not a fault).
+fn terms_not_from_hand_overs(cluster: &Cluster) -> usize {
+    let hand_overs: usize = cluster
+        .hosts
+        .iter()
+        .map(|h| h.log_lines_with("handed over: lease released").len())
+        .sum();
+    all_terms(cluster).len() - hand_overs
+}
+
 fn owner_of(line: &str) -> String {
     let v: Value = serde_json::from_str(line).unwrap();
     v["owner"].as_str().unwrap().to_string()
@@ -398,8 +409,16 @@ async fn redis_restart(aof: bool) {
     assert!(record["token"].as_u64().unwrap() >= before);
     cluster.assert_one_correct_result().await;
 
-    // Hand over once more: the next term's token is above every earlier one.
-    let leader: usize = record["node"].as_str().unwrap()[1..].parse().unwrap();
+    // Hand over once more: the next term's token is above every earlier one. The leader now is
+    // the lease's holder (balancing may have handed the job on after the run).
+    let holder: String = cluster
+        .redis
+        .conn()
+        .await
+        .get("lh:{reconciliation}:lease")
+        .await
+        .unwrap();
+    let leader: usize = holder.split(':').next().unwrap()[1..].parse().unwrap();
     let highest = all_terms(&cluster).into_iter().max().unwrap();
     assert!(
         cluster.hosts[leader]
@@ -504,9 +523,11 @@ async fn slow_redis_moves_leadership_at_most_once() {
         cluster.proxies[first].set(Fault::Latency(Duration::from_millis(30)));
         cluster.trigger();
         let record = cluster.wait_done(Duration::from_secs(120)).await;
-        assert_eq!(record["node"], format!("n{first}"));
+        // Balancing may hand the job to its preferred member (gracefully, between runs); latency
+        // moves nothing.
+        assert!(record["status"] == "done", "{record}");
         assert_eq!(
-            all_terms(&cluster).len(),
+            terms_not_from_hand_overs(&cluster),
             1,
             "leadership moved under latency below the timeout"
         );
@@ -521,9 +542,12 @@ async fn slow_redis_moves_leadership_at_most_once() {
         let _: () = redis::AsyncCommands::del(&mut c, RUN_KEY).await.unwrap();
         cluster.trigger();
         let record = cluster.wait_done(Duration::from_secs(120)).await;
-        assert_eq!(record["node"], format!("n{second}"));
+        // The fault moved leadership once (to `second`); balancing may then have handed the job
+        // to the survivors' preferred member, gracefully, between runs.
+        assert_ne!(second, first);
+        assert_ne!(record["node"], format!("n{first}"), "{record}");
         assert_eq!(
-            all_terms(&cluster).len(),
+            terms_not_from_hand_overs(&cluster),
             2,
             "more than one change of leader for one fault: {:?}",
             all_terms(&cluster)
@@ -609,12 +633,19 @@ async fn cpu_heavy_guests_on_every_host_do_not_starve_lease_renewal() {
                 .collect();
             assert!(late.is_empty(), "n{i} struggled to renew: {late:?}");
         }
+        // (A graceful hand-over of the reconciliation to its preferred member is balancing,
+        // not a lost term: it begins one more term.)
         let terms: usize = hosts
             .iter()
             .map(|h| h.log_lines_with("became leader").len())
             .sum();
+        let hand_overs: usize = hosts
+            .iter()
+            .map(|h| h.log_lines_with("handed over: lease released").len())
+            .sum();
         assert_eq!(
-            terms, 4,
+            terms - hand_overs,
+            4,
             "one term for each spinner and one for the reconciliation"
         );
     })

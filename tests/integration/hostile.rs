@@ -143,7 +143,8 @@ async fn hostile_with(mode: &str, end_status: &str, sidecar: Option<&str>) -> Af
     // Nothing outside the two namespaces; nothing in the ticker's the ticker did not write.
     let all: Vec<String> = c.keys("*").await.unwrap();
     for k in &all {
-        if k.starts_with("lh:{probe}:") {
+        // The probe's, and the host's own membership.
+        if k.starts_with("lh:{probe}:") || k.starts_with("lh:{members}:") {
             continue;
         }
         let rest = k

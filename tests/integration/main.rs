@@ -60,6 +60,10 @@ mod soak;
 // --min-replicas: writes wait for Redis replicas, and fail without them.
 mod replicas;
 
+// Membership and balancing with real hosts: preferred members lead, survivors take over, a
+// returning replica gets its jobs back by graceful hand-overs.
+mod balance;
+
 // Election between in-process electors: one leader, takeover with a higher token.
 mod election;
 

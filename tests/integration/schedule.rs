@@ -539,3 +539,51 @@ async fn triggers_are_deduplicated_with_the_schedule_over_the_cli_and_http() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_trigger_wakes_an_idle_leader_at_once_not_at_its_safety_poll() {
+    deadline(Duration::from_secs(120), async {
+        let redis = RedisServer::start().await;
+        let dir = TempDir::new("schedule-notice");
+        let (jobs, data) = crate::harness::deploy_billing(dir.path(), 3);
+        // Heartbeat 2 s: an idle runner's safety poll is ten heartbeats, 20 s.
+        let host = HostProcess::start_node(
+            LEASEHOLD,
+            &redis.url(),
+            &jobs,
+            "n1",
+            ("10s", "2s"),
+            &["--data-dir", data.to_str().unwrap()],
+        );
+        // The current period runs at start (catch-up); then the leader is idle until tomorrow.
+        wait_for(
+            "the current period's run",
+            Duration::from_secs(60),
+            || async {
+                run_records(&redis, "billing")
+                    .await
+                    .into_iter()
+                    .find(|r| r["status"] == "done")
+            },
+        )
+        .await;
+        host.wait_for_log("became leader", Duration::from_secs(5))
+            .await;
+        let earlier = (Utc::now() - chrono::Duration::days(3))
+            .format("%Y-%m-%d")
+            .to_string();
+        crate::harness::trigger(&redis, "billing", &earlier);
+        // Well inside the 20 s poll: the trigger's notice woke the runner.
+        wait_for(
+            "the triggered run, woken by its notice",
+            Duration::from_secs(10),
+            || async {
+                run_record(&redis, "billing", &earlier)
+                    .await
+                    .filter(|r| r["status"] == "done")
+            },
+        )
+        .await;
+    })
+    .await;
+}

@@ -221,6 +221,10 @@ pub(crate) struct RunArgs {
     /// How long a write waits for the replicas [default: the Redis timeout].
     #[arg(long, env = "LEASEHOLD_REPLICA_TIMEOUT", value_parser = parse_duration)]
     pub(crate) replica_timeout: Option<Duration>,
+    /// This replica's weight for leadership balancing: a replica with capacity 2 is preferred
+    /// for about twice the jobs of one with capacity 1 (1 to 1000).
+    #[arg(long, env = "LEASEHOLD_CAPACITY", default_value_t = 1)]
+    pub(crate) capacity: u32,
     /// Validate the configuration, print it and exit without connecting to anything.
     #[arg(long)]
     pub check_config: bool,
@@ -312,6 +316,7 @@ impl RunArgs {
             allow_evicting_redis: self.allow_evicting_redis,
             min_replicas: self.min_replicas,
             replica_timeout: self.replica_timeout,
+            capacity: self.capacity,
         }
     }
 }

@@ -52,6 +52,20 @@ pub(super) async fn status(args: StatusArgs) -> anyhow::Result<()> {
         other => other.to_string(),
     };
     println!("node {}", s(&v["node"]));
+    let members = v["members"].as_array().cloned().unwrap_or_default();
+    if !members.is_empty() {
+        println!("members ({} live):", members.len());
+        for m in &members {
+            println!(
+                "  {:<24} capacity {:<4} version {:<10} http {:<22} since {}",
+                s(&m["node"]),
+                s(&m["capacity"]),
+                s(&m["version"]),
+                s(&m["http"]),
+                s(&m["since"])
+            );
+        }
+    }
     println!(
         "{:<24} {:<10} {:<16} {:<18} {:>10}  {:<30} NEXT RUN",
         "JOB", "STATE", "LEADER", "TOKEN", "LEASE LEFT", "LAST RUN"

@@ -74,6 +74,8 @@ pub enum Setting {
     HttpToken,
     /// `--replica-timeout`.
     ReplicaTimeout,
+    /// `--capacity`.
+    Capacity,
     /// `--redis-url`.
     RedisUrl,
 }
@@ -100,6 +102,7 @@ impl Setting {
             Setting::CacheDir => "cache-dir",
             Setting::HttpToken => "http-token",
             Setting::ReplicaTimeout => "replica-timeout",
+            Setting::Capacity => "capacity",
             Setting::RedisUrl => "redis-url",
         }
     }
@@ -313,6 +316,8 @@ pub struct RawConfig {
     pub min_replicas: u32,
     /// How long a write waits for them; default the Redis timeout.
     pub replica_timeout: Option<Duration>,
+    /// Weight for leadership balancing (1 to 1000).
+    pub capacity: u32,
 }
 
 /// Everything `leasehold run` is configured with, validated.
@@ -341,6 +346,8 @@ pub struct NodeConfig {
     pub allow_evicting_redis: bool,
     /// Replicas every write of a term waits for, if any.
     pub replicas: Option<Replicas>,
+    /// Weight for leadership balancing ([`crate::members`]).
+    pub capacity: u32,
 }
 
 impl NodeConfig {
@@ -404,6 +411,12 @@ impl NodeConfig {
                 ),
             ));
         }
+        if !(1..=1000).contains(&raw.capacity) {
+            bad.push(Violation::new(
+                Setting::Capacity,
+                format!("capacity ({}) must be between 1 and 1000", raw.capacity),
+            ));
+        }
         let (Some(timing), true) = (timing, bad.is_empty()) else {
             return Err(ConfigError { violations: bad });
         };
@@ -422,6 +435,7 @@ impl NodeConfig {
                 count: raw.min_replicas,
                 timeout: raw.replica_timeout.unwrap_or(timing.redis_timeout),
             }),
+            capacity: raw.capacity,
         })
     }
 }

@@ -30,6 +30,7 @@ fn raw() -> RawConfig {
         allow_evicting_redis: false,
         min_replicas: 0,
         replica_timeout: None,
+        capacity: 1,
     }
 }
 

@@ -43,6 +43,8 @@ pub(crate) struct Api {
     pub token: Option<String>,
     /// Lease timings (health's grace, Redis timeout).
     pub timing: Timing,
+    /// The live members, as this node's last registration saw them.
+    pub members: watch::Receiver<crate::members::View>,
 }
 
 /// An error response: a status and a reason.
@@ -408,10 +410,23 @@ async fn status(State(api): State<Api>) -> Result<Response, ApiError> {
         .iter()
         .map(|p| p.display().to_string())
         .collect();
-    Ok(
-        Json(json!({ "node": api.node, "jobs": jobs, "refused": refused, "compiling": compiling }))
-            .into_response(),
-    )
+    let members: Vec<_> = api
+        .members
+        .borrow()
+        .members
+        .iter()
+        .map(|(node, m)| {
+            json!({ "node": node, "capacity": m.capacity, "version": m.version, "http": m.http, "since": m.since })
+        })
+        .collect();
+    Ok(Json(json!({
+        "node": api.node,
+        "members": members,
+        "jobs": jobs,
+        "refused": refused,
+        "compiling": compiling
+    }))
+    .into_response())
 }
 
 async fn jobs(State(api): State<Api>) -> Response {

@@ -42,6 +42,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument as _, error_span, info, warn};
 
+use crate::balance::Balance;
 use crate::config::Timing;
 use crate::elector::Role;
 use crate::fence::{self, Bookkeeping, TermWrite, TermWriteError};
@@ -53,6 +54,8 @@ use crate::term::Term;
 
 /// How long a period whose inputs are not ready waits before its step is tried again.
 pub(crate) const NOT_READY_RETRY: Duration = Duration::from_secs(30);
+/// An idle runner reads its state at least every this many heartbeats; notices wake it sooner.
+const SAFETY_POLL_HEARTBEATS: u32 = 10;
 /// How long after a Redis error the runner tries again.
 const ERROR_RETRY: Duration = Duration::from_secs(1);
 /// Finished periods remembered to avoid re-reading their records; forgotten all at once when
@@ -79,6 +82,24 @@ pub(crate) struct Runner {
     /// The pause flag as last read (every round, and at each fire time or heartbeat during a
     /// run): checked before each step without a round trip of its own.
     paused: AtomicBool,
+    /// Hands the job to its preferred member between runs ([`crate::balance`]).
+    balance: Balance,
+    /// Woken by the job's notices (a request, the pause flag, a member asking for the job), so
+    /// an idle runner reads its state at once instead of at its next poll.
+    notice: Arc<tokio::sync::Notify>,
+}
+
+/// What every runner of a host shares: the runtime, the Redis connection, the node id, the
+/// timings.
+pub(crate) struct RunnerHost {
+    /// The WebAssembly runtime.
+    pub runtime: Runtime,
+    /// Redis, for run records, checkpoints and guest writes.
+    pub conn: ConnectionManager,
+    /// This node's id.
+    pub node: String,
+    /// Lease timings (the heartbeat paces the runner).
+    pub timing: Timing,
 }
 
 /// How a period's run ended on this node.
@@ -109,15 +130,21 @@ impl RunEnd {
 
 impl Runner {
     /// A runner for the job whose versions arrive on `versions` (the current one first), with
-    /// inputs from `data_dir` (`<data-dir>/<job>/`, when it exists).
+    /// inputs from `data_dir` (`<data-dir>/<job>/`, when it exists), on the host described by
+    /// `host`.
     pub(crate) fn new(
         mut versions: watch::Receiver<Arc<LoadedJob>>,
-        runtime: Runtime,
-        conn: ConnectionManager,
-        node: String,
-        timing: Timing,
+        host: RunnerHost,
         data_dir: Option<PathBuf>,
+        balance: Balance,
+        notice: Arc<tokio::sync::Notify>,
     ) -> Self {
+        let RunnerHost {
+            runtime,
+            conn,
+            node,
+            timing,
+        } = host;
         let job = versions.borrow_and_update().clone();
         Runner {
             keys: JobKeys::new(&job.spec.name),
@@ -130,6 +157,8 @@ impl Runner {
             timing,
             data_dir,
             paused: AtomicBool::new(false),
+            balance,
+            notice,
         }
     }
 
@@ -207,7 +236,7 @@ impl Runner {
                     info!(paused = %why, "job paused: no step starts until it is resumed; periods that fire meanwhile are handled by the catch-up policy on resume");
                     paused_logged = true;
                 }
-                self.pause_for(term, poll).await;
+                self.idle_for(term, self.safety_poll()).await;
                 continue;
             }
             if paused_logged {
@@ -226,14 +255,26 @@ impl Runner {
             let asked: Vec<&String> = state.requested.keys().collect();
             let next = decide::next_due(&state.open, &asked, &accounted, done, not_before, now);
             let Some(id) = next else {
+                // Between runs: the moment to hand the job to its preferred member, if it has
+                // one. The elector ends the term and releases the lease at once.
+                if let Some(to) =
+                    self.balance
+                        .hand_over_to(self.keys.job(), state.wanted.as_deref(), now)
+                {
+                    info!(to = %to, "handing over to the job's preferred member between runs");
+                    self.balance.ask(term.token());
+                    let _ = tokio::time::timeout(poll * 2, term.ended()).await;
+                    continue;
+                }
                 // Nothing due: wait for the next fire time, a request, a retry, or the term's end.
-                let until_fire = self.until_next_fire(poll);
+                let safety = self.safety_poll();
+                let until_fire = self.until_next_fire(safety);
                 let until_retry = not_before
                     .values()
                     .map(|t| t.saturating_duration_since(now))
                     .min()
-                    .unwrap_or(poll);
-                self.pause_for(term, until_fire.min(until_retry).min(poll))
+                    .unwrap_or(safety);
+                self.idle_for(term, until_fire.min(until_retry).min(safety))
                     .await;
                 continue;
             };
@@ -364,6 +405,21 @@ impl Runner {
             .map(|d| d + Duration::from_millis(5))
             .unwrap_or(cap)
             .min(cap)
+    }
+
+    /// How long an idle runner waits at most without a notice: its safety poll, for a notice
+    /// that was lost (pub/sub reconnecting).
+    fn safety_poll(&self) -> Duration {
+        self.timing.heartbeat * SAFETY_POLL_HEARTBEATS
+    }
+
+    /// Waits `d`, until the job's next notice, or until the term ends.
+    async fn idle_for(&self, term: &Term, d: Duration) {
+        tokio::select! {
+            _ = tokio::time::sleep(d) => {}
+            _ = self.notice.notified() => {}
+            _ = term.ended() => {}
+        }
     }
 
     /// Waits `d` or until the term ends.

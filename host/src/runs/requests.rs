@@ -263,12 +263,22 @@ async fn put<C: ConnectionLike + Send + Sync>(
     request: &Request,
     replace: bool,
 ) -> redis::RedisResult<bool> {
+    // The leader's runner is woken by the notice; without it (pub/sub down) it finds the
+    // request at its next poll.
     if replace {
-        let _: i64 = conn.hset(keys.requests(), period, request.encode()).await?;
+        let (_, _): (i64, i64) = redis::pipe()
+            .hset(keys.requests(), period, request.encode())
+            .publish(keys.notice_channel(), "request")
+            .query_async(conn)
+            .await?;
         Ok(true)
     } else {
-        conn.hset_nx(keys.requests(), period, request.encode())
-            .await
+        let (added, _): (bool, i64) = redis::pipe()
+            .hset_nx(keys.requests(), period, request.encode())
+            .publish(keys.notice_channel(), "request")
+            .query_async(conn)
+            .await?;
+        Ok(added)
     }
 }
 

@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use redis::AsyncCommands;
 use redis::aio::ConnectionLike;
 
 use super::requests::Request;
@@ -21,6 +20,8 @@ pub struct JobState {
     /// The start instant of the newest period accounted for (RFC 3339; older versions wrote a
     /// wall-clock time).
     pub cursor: Option<String>,
+    /// The member that asks for the job (its preferred member, following it), if one does.
+    pub wanted: Option<String>,
 }
 
 /// Reads the job's [`JobState`] in one round trip.
@@ -28,13 +29,15 @@ pub async fn state<C: ConnectionLike + Send + Sync>(
     conn: &mut C,
     keys: &JobKeys,
 ) -> redis::RedisResult<JobState> {
-    let (requested, open, paused, cursor): (BTreeMap<String, String>, _, _, _) = redis::pipe()
-        .hgetall(keys.requests())
-        .smembers(keys.open_runs())
-        .get(keys.paused())
-        .get(keys.cursor())
-        .query_async(conn)
-        .await?;
+    let (requested, open, paused, cursor, wanted): (BTreeMap<String, String>, _, _, _, _) =
+        redis::pipe()
+            .hgetall(keys.requests())
+            .smembers(keys.open_runs())
+            .get(keys.paused())
+            .get(keys.cursor())
+            .get(keys.wanted())
+            .query_async(conn)
+            .await?;
     Ok(JobState {
         requested: requested
             .into_iter()
@@ -43,6 +46,7 @@ pub async fn state<C: ConnectionLike + Send + Sync>(
         open,
         paused,
         cursor,
+        wanted,
     })
 }
 
@@ -54,8 +58,15 @@ pub async fn set_paused<C: ConnectionLike + Send + Sync>(
     keys: &JobKeys,
     reason: Option<&str>,
 ) -> redis::RedisResult<()> {
+    // The notice wakes the leader's runner (see `requests::put`).
+    let mut pipe = redis::pipe();
     match reason {
-        Some(r) => conn.set(keys.paused(), r).await,
-        None => conn.del(keys.paused()).await,
-    }
+        Some(r) => pipe.set(keys.paused(), r),
+        None => pipe.del(keys.paused()),
+    };
+    pipe.ignore()
+        .publish(keys.notice_channel(), "paused")
+        .ignore()
+        .query_async(conn)
+        .await
 }

@@ -1,0 +1,170 @@
+//! Membership and leadership balancing with real hosts: three replicas of twelve jobs each lead
+//! the jobs they are preferred for (weighted rendezvous hashing over the live members), the
+//! survivors of a SIGKILL take over every job, and a returning replica gets its jobs back
+//! through graceful hand-overs between runs. Every write stays fenced throughout (the applied
+//! history), because balance only decides who campaigns first.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use leasehold::members::{MemberInfo, Members, preferred};
+use redis::AsyncCommands;
+
+use crate::harness::{
+    HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, guests, http, wait_for,
+};
+use crate::history::Recorder;
+
+const JOBS: usize = 12;
+const NODES: [&str; 3] = ["bal-a", "bal-b", "bal-c"];
+
+fn job(i: usize) -> String {
+    format!("bal-{i:02}")
+}
+
+/// Twelve every-second jobs: one component (the ticker) under twelve names, by sidecars.
+fn deploy(jobs: &Path) {
+    std::fs::create_dir_all(jobs).unwrap();
+    for i in 0..JOBS {
+        std::fs::copy(
+            guests().wasm("ticker"),
+            jobs.join(format!("{}.wasm", job(i))),
+        )
+        .unwrap();
+        std::fs::write(
+            jobs.join(format!("{}.toml", job(i))),
+            format!("name = \"{}\"\n", job(i)),
+        )
+        .unwrap();
+    }
+}
+
+fn membership(nodes: &[&str]) -> Members {
+    nodes
+        .iter()
+        .map(|n| {
+            (
+                n.to_string(),
+                MemberInfo {
+                    capacity: 1,
+                    version: String::new(),
+                    http: None,
+                    since: String::new(),
+                },
+            )
+        })
+        .collect()
+}
+
+/// Job → the node that should lead it with `nodes` live.
+fn expected(nodes: &[&str]) -> BTreeMap<String, String> {
+    let m = membership(nodes);
+    (0..JOBS)
+        .map(|i| (job(i), preferred(&job(i), &m, None).unwrap().to_string()))
+        .collect()
+}
+
+/// Job → the node whose term holds its lease now.
+async fn leaders(redis: &RedisServer) -> BTreeMap<String, String> {
+    let mut c = redis.conn().await;
+    let mut out = BTreeMap::new();
+    for i in 0..JOBS {
+        let owner: Option<String> = c.get(format!("lh:{{{}}}:lease", job(i))).await.unwrap();
+        if let Some(owner) = owner {
+            let node = owner.rsplit_once(':').map(|(n, _)| n).unwrap_or(&owner);
+            out.insert(job(i), node.to_string());
+        }
+    }
+    out
+}
+
+async fn wait_for_leaders(redis: &RedisServer, want: &BTreeMap<String, String>, what: &str) {
+    wait_for(what, Duration::from_secs(60), || async {
+        (leaders(redis).await == *want).then_some(())
+    })
+    .await;
+}
+
+fn start(redis: &RedisServer, jobs: &Path, node: &str) -> HostProcess {
+    HostProcess::start_node(
+        LEASEHOLD,
+        &redis.url(),
+        jobs,
+        node,
+        ("2s", "500ms"),
+        &["--http", "127.0.0.1:0"],
+    )
+}
+
+#[tokio::test]
+async fn replicas_lead_their_preferred_jobs_and_hand_them_back_after_a_crash() {
+    deadline(Duration::from_secs(240), async {
+        let redis = RedisServer::start().await;
+        let dir = TempDir::new("balance");
+        let jobs = dir.path().join("jobs");
+        deploy(&jobs);
+        let recorder = Recorder::start(&redis).await;
+        let mut hosts: Vec<HostProcess> = NODES.iter().map(|n| start(&redis, &jobs, n)).collect();
+        let all = expected(&NODES);
+        // The hash spreads twelve jobs over three members: none is without work.
+        for n in NODES {
+            assert!(
+                all.values().any(|v| v == n),
+                "{n} is preferred for no job: {all:?}"
+            );
+        }
+        wait_for_leaders(&redis, &all, "every job led by its preferred member").await;
+
+        // Membership is visible in the status.
+        let addr = hosts[0].http_addr(Duration::from_secs(30)).await;
+        let (code, status) = http(&addr, "GET", "/v1/status", None).await;
+        assert_eq!(code, 200);
+        let live: Vec<&str> = status["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["node"].as_str().unwrap())
+            .collect();
+        assert_eq!(live, NODES, "{status}");
+
+        // bal-c dies: the survivors take every job, each to its preferred survivor.
+        hosts[2].kill();
+        let survivors = expected(&NODES[..2]);
+        wait_for_leaders(&redis, &survivors, "the survivors leading every job").await;
+
+        // bal-c returns: its jobs come back to it, handed over between runs.
+        let before: Vec<usize> = hosts[..2]
+            .iter()
+            .map(|h| {
+                h.log_lines_with("handing over to the job's preferred member")
+                    .len()
+            })
+            .collect();
+        hosts[2] = start(&redis, &jobs, NODES[2]);
+        wait_for_leaders(&redis, &all, "bal-c leading its jobs again").await;
+        let moved: usize = hosts[..2]
+            .iter()
+            .zip(&before)
+            .map(|(h, b)| {
+                h.log_lines_with("handing over to the job's preferred member")
+                    .len()
+                    - b
+            })
+            .sum();
+        let back = all.values().filter(|n| *n == NODES[2]).count();
+        assert_eq!(
+            moved, back,
+            "every job moved back by one graceful hand-over, none more"
+        );
+        for h in &hosts[..2] {
+            assert!(
+                h.log_lines_with("stopped leading").is_empty(),
+                "a survivor lost a term instead of handing it over: {:?}",
+                h.log_lines_with("stopped leading")
+            );
+        }
+        recorder.check().unwrap_or_else(|v| panic!("{v}"));
+    })
+    .await;
+}
