@@ -156,17 +156,7 @@ mod tests {
     fn view(nodes: &[&str], age: Duration, now: Instant) -> View {
         let members: Members = nodes
             .iter()
-            .map(|n| {
-                (
-                    n.to_string(),
-                    MemberInfo {
-                        capacity: 1,
-                        version: String::new(),
-                        http: None,
-                        since: String::new(),
-                    },
-                )
-            })
+            .map(|n| (n.to_string(), MemberInfo::with_capacity(1)))
             .collect();
         View::default().next(members, now - age)
     }

@@ -246,8 +246,11 @@ impl Elector {
         // The node whose lease this host last saw (and then saw expire or be released): it is
         // left out of the preference, since it is gone or has just given the job away.
         let mut last_holder: Option<String> = None;
+        // Whether this campaign follows a lease this host saw run out (a crash, most likely):
+        // then failover speed comes first and nobody defers; balance follows by hand-over.
+        let mut after_expiry = false;
         while !resign.is_cancelled() {
-            if let Some(preferred) = self.defer_to(last_holder.as_deref()) {
+            if !after_expiry && let Some(preferred) = self.defer_to(last_holder.as_deref()) {
                 debug!(preferred = %preferred, "not the preferred member: campaigning a heartbeat late");
                 tokio::select! {
                     _ = tokio::time::sleep(heartbeat) => {}
@@ -276,6 +279,9 @@ impl Elector {
                     leader_known(true, &mut leaderless_since);
                     metrics.became_leader(job, token);
                     last_holder = None;
+                    // Whatever ends this term, the next campaign defers if not preferred (after
+                    // a hand-over, so that the preferred member acquires first).
+                    after_expiry = false;
                     let mut hand_over = self.hand_over.clone();
                     // Only a request made during this term counts.
                     hand_over.borrow_and_update();
@@ -376,11 +382,11 @@ impl Elector {
                     heartbeat
                 }
             };
-            tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
-                _ = self.released.notified() => {}
-                _ = resign.cancelled() => {}
-            }
+            after_expiry = tokio::select! {
+                _ = tokio::time::sleep(wait) => matches!(&*role.borrow(), Role::Follower { .. }),
+                _ = self.released.notified() => false,
+                _ = resign.cancelled() => false,
+            };
         }
         role.send_replace(Role::Stopped);
     }

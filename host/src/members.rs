@@ -52,6 +52,19 @@ pub struct MemberInfo {
     pub since: String,
 }
 
+impl MemberInfo {
+    /// A member known only by its capacity: no version, address or start time (how a
+    /// description that does not parse is read).
+    pub fn with_capacity(capacity: u32) -> Self {
+        MemberInfo {
+            capacity,
+            version: String::new(),
+            http: None,
+            since: String::new(),
+        }
+    }
+}
+
 /// The live members by node id, as the last registration saw them.
 pub type Members = BTreeMap<String, MemberInfo>;
 
@@ -111,12 +124,7 @@ pub async fn register<C: ConnectionLike>(
         .filter_map(|pair| match pair {
             [node, info] => Some((
                 node.clone(),
-                serde_json::from_str(info).unwrap_or(MemberInfo {
-                    capacity: 1,
-                    version: String::new(),
-                    http: None,
-                    since: String::new(),
-                }),
+                serde_json::from_str(info).unwrap_or(MemberInfo::with_capacity(1)),
             )),
             _ => None,
         })
@@ -265,17 +273,7 @@ mod tests {
     fn members(nodes: &[(&str, u32)]) -> Members {
         nodes
             .iter()
-            .map(|(n, c)| {
-                (
-                    n.to_string(),
-                    MemberInfo {
-                        capacity: *c,
-                        version: "t".into(),
-                        http: None,
-                        since: String::new(),
-                    },
-                )
-            })
+            .map(|(n, c)| (n.to_string(), MemberInfo::with_capacity(*c)))
             .collect()
     }
 

@@ -43,17 +43,7 @@ fn deploy(jobs: &Path) {
 fn membership(nodes: &[&str]) -> Members {
     nodes
         .iter()
-        .map(|n| {
-            (
-                n.to_string(),
-                MemberInfo {
-                    capacity: 1,
-                    version: String::new(),
-                    http: None,
-                    since: String::new(),
-                },
-            )
-        })
+        .map(|n| (n.to_string(), MemberInfo::with_capacity(1)))
         .collect()
 }
 

@@ -23,6 +23,18 @@ fn succeed(what: &str, mut cmd: Command, limit: Duration) -> String {
     text
 }
 
+/// `leasehold new NAME --lang LANG` into `tmp/NAME`; panics unless it succeeds.
+fn scaffold(tmp: &TempDir, lang: &str, name: &str) -> std::path::PathBuf {
+    let dir = tmp.path().join(name);
+    let out = run_leasehold(&["new", name, "--lang", lang, "--dir", dir.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir
+}
+
 /// `leasehold check FILE` succeeds and names the job.
 fn assert_checks(wasm: &Path, name: &str) {
     let out = run_leasehold_within(&[Path::new("check"), wasm], Duration::from_secs(180));
@@ -42,20 +54,7 @@ fn assert_checks(wasm: &Path, name: &str) {
 async fn a_rust_scaffold_builds_and_passes_check() {
     deadline(Duration::from_secs(300), async {
         let tmp = TempDir::new("new-rust");
-        let dir = tmp.path().join("nightly-count");
-        let out = run_leasehold(&[
-            "new",
-            "nightly-count",
-            "--lang",
-            "rust",
-            "--dir",
-            dir.to_str().unwrap(),
-        ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let dir = scaffold(&tmp, "rust", "nightly-count");
         // The guests' target directory: wit-bindgen and serde are compiled there already.
         let target = guests()
             .dir()
@@ -88,20 +87,7 @@ async fn a_rust_scaffold_builds_and_passes_check() {
 async fn a_python_scaffold_builds_and_passes_check() {
     deadline(Duration::from_secs(300), async {
         let tmp = TempDir::new("new-python");
-        let dir = tmp.path().join("tally");
-        let out = run_leasehold(&[
-            "new",
-            "tally",
-            "--lang",
-            "python",
-            "--dir",
-            dir.to_str().unwrap(),
-        ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let dir = scaffold(&tmp, "python", "tally");
         // The build command the scaffold's README gives.
         let mut build = Command::new(componentize_py());
         build.current_dir(&dir).args([

@@ -195,10 +195,15 @@ async fn trigger(
                 .id
         }
     };
-    let mut conn = api.conn.clone();
-    let done = runs::trigger(&mut conn, &JobKeys::new(&name), &period)
-        .await
-        .map_err(unavailable)?;
+    // Tried once more after a dropped connection, like a read: a request is idempotent (a
+    // second one for the same period is deduplicated; a re-run's fresh id asks for one re-run).
+    let keys = JobKeys::new(&name);
+    let done = read_reconnecting(|| {
+        let mut conn = api.conn.clone();
+        let (keys, period) = (&keys, &period);
+        async move { runs::trigger(&mut conn, keys, period).await }
+    })
+    .await?;
     let status = match done {
         runs::Triggered::Requested | runs::Triggered::Rerun(_) => StatusCode::ACCEPTED,
         _ => StatusCode::OK,
@@ -251,14 +256,15 @@ async fn set_paused(api: Api, name: String, paused: bool) -> Result<Response, Ap
         api.node,
         chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
     );
-    let mut conn = api.conn.clone();
-    runs::set_paused(
-        &mut conn,
-        &JobKeys::new(&name),
-        paused.then_some(reason.as_str()),
-    )
-    .await
-    .map_err(unavailable)?;
+    // Setting or clearing the flag twice is the same as once: tried once more after a dropped
+    // connection, like a read.
+    let keys = JobKeys::new(&name);
+    read_reconnecting(|| {
+        let mut conn = api.conn.clone();
+        let (keys, reason) = (&keys, paused.then_some(reason.as_str()));
+        async move { Ok(runs::set_paused(&mut conn, keys, reason).await?) }
+    })
+    .await?;
     Ok(Json(json!({ "job": name, "paused": paused })).into_response())
 }
 
@@ -273,9 +279,10 @@ type StatusReads = (
     (Option<u64>, Option<u64>),
 );
 
-/// Runs a read for a request; once more, after a moment, when it failed on a dropped
-/// connection: the connection manager reconnects on that error, so the first request after
-/// Redis comes back (a restart, a cut) is answered instead of failing with 503.
+/// Runs a read (or an idempotent action) for a request; once more, after a moment, when it
+/// failed on a dropped connection: the connection manager reconnects on that error, so the
+/// first request after Redis comes back (a restart, a cut) is answered instead of failing with
+/// 503.
 async fn read_reconnecting<T, F, Fut>(mut read: F) -> Result<T, ApiError>
 where
     F: FnMut() -> Fut,
