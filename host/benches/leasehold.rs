@@ -698,6 +698,28 @@ async fn scale(guests: &Path, o: &Options, rows: &mut Vec<Row>) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let settled = start.elapsed().as_secs_f64();
+    // Balance: how long until every replica leads within 10 % of its share.
+    let share = n as f64 / 3.0;
+    let balanced = loop {
+        let mut spread = std::collections::BTreeMap::<String, usize>::new();
+        for k in c.keys::<_, Vec<String>>("lh:*:lease").await.unwrap() {
+            let owner: String = c.get(&k).await.unwrap_or_default();
+            *spread
+                .entry(owner.split(':').next().unwrap_or("").to_string())
+                .or_insert(0) += 1;
+        }
+        if spread.len() == 3
+            && spread
+                .values()
+                .all(|v| (*v as f64 - share).abs() <= share * 0.1)
+        {
+            break Some(start.elapsed().as_secs_f64());
+        }
+        if start.elapsed() > Duration::from_secs(120) {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
     // Steady state: measure a window of ten heartbeats.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let window = Duration::from_secs(20);
@@ -716,6 +738,17 @@ async fn scale(guests: &Path, o: &Options, rows: &mut Vec<Row>) {
         .sum::<u64>()
         - delta("info");
     let scripts = delta("evalsha") + delta("eval");
+    let mut by_command: Vec<(String, u64)> = calls1
+        .keys()
+        .map(|k| (k.clone(), delta(k)))
+        .filter(|(k, d)| *d > 0 && k != "info")
+        .collect();
+    by_command.sort_by_key(|c| std::cmp::Reverse(c.1));
+    let by_command: Vec<String> = by_command
+        .iter()
+        .take(6)
+        .map(|(k, d)| format!("{k} {:.0}/s", *d as f64 / secs))
+        .collect();
     let beats = secs / heartbeat;
     let per_host_beat = total as f64 / 3.0 / beats;
     let mut spread = std::collections::BTreeMap::new();
@@ -737,9 +770,10 @@ async fn scale(guests: &Path, o: &Options, rows: &mut Vec<Row>) {
     rows.push(row(
         &format!("{n} jobs × 3 replicas: Redis commands per host per heartbeat (2 s)"),
         format!(
-            "{per_host_beat:.0} ({:.0} commands/s in all, of which scripts {:.0}/s)",
+            "{per_host_beat:.0} ({:.0} commands/s in all, of which scripts {:.0}/s; {})",
             total as f64 / secs,
-            scripts as f64 / secs
+            scripts as f64 / secs,
+            by_command.join(", ")
         ),
         "-",
         "one round trip per host per heartbeat",
@@ -756,6 +790,16 @@ async fn scale(guests: &Path, o: &Options, rows: &mut Vec<Row>) {
         "-",
         "-",
         None,
+    ));
+    rows.push(row(
+        &format!("{n} jobs × 3 replicas: every replica within 10 % of {share:.0} jobs"),
+        match balanced {
+            Some(t) => format!("{t:.1} s after the replicas started"),
+            None => "not within 120 s".into(),
+        },
+        "KCL lease taker, Zeebe/Redpanda leadership balancing",
+        "within three heartbeats (6 s) of the last start",
+        Some(balanced.is_some_and(|t| t <= 6.0)),
     ));
     drop(hosts);
 }

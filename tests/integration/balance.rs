@@ -12,7 +12,7 @@ use leasehold::members::{MemberInfo, Members, preferred};
 use redis::AsyncCommands;
 
 use crate::harness::{
-    HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, guests, http, wait_for,
+    HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, guests, http, run_leasehold, wait_for,
 };
 use crate::history::Recorder;
 
@@ -117,6 +117,16 @@ async fn replicas_lead_their_preferred_jobs_and_hand_them_back_after_a_crash() {
             .map(|m| m["node"].as_str().unwrap())
             .collect();
         assert_eq!(live, NODES, "{status}");
+        let out = run_leasehold(&["status", "--http", &addr]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}");
+        assert!(text.contains("members (3 live):"), "{text}");
+        for n in NODES {
+            assert!(
+                text.contains(n),
+                "{n} missing from leasehold status:\n{text}"
+            );
+        }
 
         // bal-c dies: the survivors take every job, each to its preferred survivor.
         hosts[2].kill();

@@ -267,7 +267,13 @@ impl Runner {
                     continue;
                 }
                 // Nothing due: wait for the next fire time, a request, a retry, or the term's end.
-                let safety = self.safety_poll();
+                // A member asks for the job but may not hand-over yet (not settled, the rate,
+                // the back-off): look again next heartbeat rather than at the safety poll.
+                let safety = if state.wanted.as_deref().is_some_and(|w| w != self.node) {
+                    poll
+                } else {
+                    self.safety_poll()
+                };
                 let until_fire = self.until_next_fire(safety);
                 let until_retry = not_before
                     .values()
