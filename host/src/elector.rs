@@ -160,6 +160,8 @@ pub struct Elector {
     pub hand_over: watch::Receiver<u64>,
     /// The host's renewal batcher: one pipeline per heartbeat for every term it leads.
     pub renewals: crate::renewals::Renewals,
+    /// The host's campaign coalescer: campaigns sent at the same moment share a pipeline.
+    pub campaigns: crate::campaigns::Campaigns,
 }
 
 /// Subscribes to every job's release and notice channels and wakes what is registered for the
@@ -263,7 +265,12 @@ impl Elector {
             let sent = Instant::now();
             let acquired = tokio::time::timeout(
                 redis_timeout,
-                lease::acquire_or_ask(&mut conn, &self.keys, &owner, lease_ttl, ask),
+                self.campaigns.acquire(lease::Campaign {
+                    keys: self.keys.clone(),
+                    owner: owner.clone(),
+                    ttl: lease_ttl,
+                    ask: ask.map(str::to_string),
+                }),
             )
             .await;
             let wait = match acquired {

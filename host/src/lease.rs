@@ -155,17 +155,65 @@ pub async fn acquire_or_ask<C: ConnectionLike>(
     ttl: Duration,
     ask: Option<&str>,
 ) -> LeaseResult<Acquired> {
-    let (won, value, ttl_ms): (i64, String, i64) = ACQUIRE
-        .key(keys.lease())
-        .key(keys.token())
+    let reply: (i64, String, i64) = acquire_invocation(keys, owner, ttl, ask)
+        .invoke_async(conn)
+        .await?;
+    acquired(reply)
+}
+
+/// One campaign for [`acquire_many`]: the job's keys, the candidate owner, the TTL, and the
+/// node id to ask with (see [`acquire_or_ask`]).
+pub struct Campaign {
+    /// The job's keys.
+    pub keys: JobKeys,
+    /// The owner (`node-id:uuid`) this candidacy would hold the lease as.
+    pub owner: String,
+    /// The lease TTL.
+    pub ttl: Duration,
+    /// This node's id when it is the job's preferred member.
+    pub ask: Option<String>,
+}
+
+/// [`acquire_or_ask`] for every campaign in one pipeline (one round trip): each acquire is its
+/// own script and answers for itself. The script is loaded first in the same pipeline. The
+/// outer `Err` is the pipeline's own failure (connection, I/O).
+pub async fn acquire_many<C: ConnectionLike>(
+    conn: &mut C,
+    campaigns: &[Campaign],
+) -> redis::RedisResult<Vec<LeaseResult<Acquired>>> {
+    let mut pipe = redis::pipe();
+    pipe.load_script(&ACQUIRE).ignore();
+    let invocations: Vec<_> = campaigns
+        .iter()
+        .map(|c| acquire_invocation(&c.keys, &c.owner, c.ttl, c.ask.as_deref()))
+        .collect();
+    for i in &invocations {
+        pipe.invoke_script(i);
+    }
+    let replies: Vec<redis::RedisResult<(i64, String, i64)>> =
+        pipe.ignore_errors().query_async(conn).await?;
+    Ok(replies.into_iter().map(|r| r.and_then(acquired)).collect())
+}
+
+fn acquire_invocation<'a>(
+    keys: &JobKeys,
+    owner: &str,
+    ttl: Duration,
+    ask: Option<&str>,
+) -> redis::ScriptInvocation<'a> {
+    let mut i = ACQUIRE.key(keys.lease());
+    i.key(keys.token())
         .key(keys.fence())
         .key(keys.wanted())
         .arg(owner)
         .arg(ttl.as_millis() as u64)
         .arg(ask.unwrap_or(""))
-        .arg(keys.notice_channel())
-        .invoke_async(conn)
-        .await?;
+        .arg(keys.notice_channel());
+    i
+}
+
+/// The acquire script's reply as an [`Acquired`].
+fn acquired((won, value, ttl_ms): (i64, String, i64)) -> LeaseResult<Acquired> {
     if won == 1 {
         let token = value
             .parse()

@@ -29,6 +29,7 @@
 //! library. Modules without a link above are crate-private.
 
 pub(crate) mod balance;
+pub mod campaigns;
 mod catalog;
 pub mod config;
 pub(crate) mod deployment;

@@ -71,6 +71,8 @@ struct Host {
     handoffs: Arc<crate::balance::Limiter>,
     /// The renewal batcher every elector's term renews through.
     renewals: crate::renewals::Renewals,
+    /// The campaign coalescer every elector campaigns through.
+    campaigns: crate::campaigns::Campaigns,
 }
 
 /// One served job: its elector (lease runtime) and its runner (main runtime).
@@ -189,6 +191,7 @@ impl Host {
             members: self.members.clone(),
             hand_over,
             renewals: self.renewals.clone(),
+            campaigns: self.campaigns.clone(),
         };
         let span = job_span(&name, node);
         let resign = self.electors.child_token();
@@ -420,6 +423,11 @@ pub async fn run(
         cfg.timing,
         stop_renewals.clone(),
     );
+    let campaigns = crate::campaigns::Campaigns::start(
+        leases.handle(),
+        lease_conn.clone(),
+        stop_renewals.clone(),
+    );
     let mut host = Host {
         cfg,
         runtime,
@@ -435,6 +443,7 @@ pub async fn run(
         handoffs,
         members,
         renewals,
+        campaigns,
     };
     let mut settling = first.settling;
     let nothing_yet = first.jobs.is_empty() && first.compiling.is_empty() && !first.settling;

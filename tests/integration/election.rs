@@ -27,7 +27,7 @@ async fn one_of_three_leads_and_a_follower_takes_over_with_a_higher_token() {
             let conn = redis::aio::ConnectionManager::new(redis.client()).await.unwrap();
             let (role_tx, role_rx) = watch::channel(Role::Candidate);
             let resign = CancellationToken::new();
-            let elector = Elector { job: "recon".into(), node: format!("n{i}"), timing, keys: JobKeys::new("recon"), released: Arc::new(Notify::new()), replicas: None, members: no_members(), hand_over: watch::channel(0).1, renewals: renewals(&conn, timing) };
+            let elector = Elector { job: "recon".into(), node: format!("n{i}"), timing, keys: JobKeys::new("recon"), released: Arc::new(Notify::new()), replicas: None, members: no_members(), hand_over: watch::channel(0).1, renewals: renewals(&conn, timing), campaigns: campaigns(&conn) };
             let task = tokio::spawn(elector.run(conn, role_tx, resign.clone()));
             nodes.push((task, role_rx, resign));
         }
@@ -106,6 +106,7 @@ async fn a_resigning_leader_hands_over_without_waiting_for_the_ttl() {
                 members: no_members(),
                 hand_over: watch::channel(0).1,
                 renewals: renewals(&conn, timing),
+                campaigns: campaigns(&conn),
             };
             tokio::spawn(elector.run(conn, role_tx, resign.clone()));
             // Let n0 win before n1 starts, so that n1 is the follower.
@@ -154,6 +155,15 @@ fn renewals(
         &tokio::runtime::Handle::current(),
         conn.clone(),
         timing,
+        CancellationToken::new(),
+    )
+}
+
+/// A campaign coalescer of its own for one elector, on the test's runtime.
+fn campaigns(conn: &redis::aio::ConnectionManager) -> leasehold::campaigns::Campaigns {
+    leasehold::campaigns::Campaigns::start(
+        &tokio::runtime::Handle::current(),
+        conn.clone(),
         CancellationToken::new(),
     )
 }

@@ -255,3 +255,103 @@ async fn a_failed_acquire_leaves_no_lease_behind() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn pipelined_campaigns_and_renewals_each_answer_for_themselves() {
+    deadline(Duration::from_secs(30), async {
+        let redis = RedisServer::start().await;
+        let mut c = redis.conn().await;
+        let ttl = Duration::from_secs(10);
+        let (free, held, broken) = (
+            JobKeys::new("p-free"),
+            JobKeys::new("p-held"),
+            JobKeys::new("p-broken"),
+        );
+        let _: () = c.set(held.lease(), "other:1").await.unwrap();
+        // A counter that is not a number makes that one acquire fail.
+        let _: () = c.set(broken.token(), "x").await.unwrap();
+        let campaign = |keys: &JobKeys, ask: Option<&str>| lease::Campaign {
+            keys: keys.clone(),
+            owner: "n1:a".into(),
+            ttl,
+            ask: ask.map(str::to_string),
+        };
+        let answers = lease::acquire_many(
+            &mut c,
+            &[
+                campaign(&free, None),
+                campaign(&held, Some("n1")),
+                campaign(&broken, None),
+            ],
+        )
+        .await
+        .unwrap();
+        assert!(
+            matches!(answers[0], Ok(Acquired::Granted { .. })),
+            "{:?}",
+            answers[0]
+        );
+        assert!(
+            matches!(&answers[1], Ok(Acquired::Held { holder, .. }) if holder == "other:1"),
+            "{:?}",
+            answers[1]
+        );
+        assert!(answers[2].is_err(), "{:?}", answers[2]);
+        // The ask was recorded where the lease was held, and nothing was left where it failed.
+        let wanted: Option<String> = c.get(held.wanted()).await.unwrap();
+        assert_eq!(wanted.as_deref(), Some("n1"));
+        let left: Option<String> = c.get(broken.lease()).await.unwrap();
+        assert_eq!(left, None);
+        // Renewals: ours renewed, another owner's refused, in one pipeline.
+        let renewed = lease::renew_many(
+            &mut c,
+            &[(free.clone(), "n1:a".into()), (held.clone(), "n1:a".into())],
+            ttl,
+        )
+        .await
+        .unwrap();
+        assert!(matches!(renewed[0], Ok(true)), "{:?}", renewed[0]);
+        assert!(matches!(renewed[1], Ok(false)), "{:?}", renewed[1]);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn campaigns_sent_at_the_same_moment_are_all_answered() {
+    deadline(Duration::from_secs(30), async {
+        let redis = RedisServer::start().await;
+        let conn = redis::aio::ConnectionManager::new(redis.client())
+            .await
+            .unwrap();
+        let campaigns = leasehold::campaigns::Campaigns::start(
+            &tokio::runtime::Handle::current(),
+            conn,
+            tokio_util::sync::CancellationToken::new(),
+        );
+        // Fifty electors campaigning at once, for twenty-five jobs: each job granted once.
+        let tasks: Vec<_> = (0..50)
+            .map(|i| {
+                let campaigns = campaigns.clone();
+                tokio::spawn(async move {
+                    campaigns
+                        .acquire(lease::Campaign {
+                            keys: JobKeys::new(&format!("c-{}", i % 25)),
+                            owner: format!("n{i}:x"),
+                            ttl: Duration::from_secs(10),
+                            ask: None,
+                        })
+                        .await
+                })
+            })
+            .collect();
+        let mut granted = 0;
+        for t in tasks {
+            match t.await.unwrap().unwrap() {
+                Acquired::Granted { .. } => granted += 1,
+                Acquired::Held { .. } => {}
+            }
+        }
+        assert_eq!(granted, 25);
+    })
+    .await;
+}
