@@ -648,6 +648,23 @@ async fn command_calls(
         .collect()
 }
 
+/// A host's `leasehold_redis_round_trips_total` by kind, from its `/metrics`.
+async fn round_trips(addr: &str) -> std::collections::BTreeMap<String, f64> {
+    let (code, body) = leasehold_harness::http(addr, "GET", "/metrics", None).await;
+    assert_eq!(code, 200);
+    let text = body
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| body.to_string());
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("leasehold_redis_round_trips_total{kind=\"")?;
+            let (kind, value) = rest.split_once("\"} ")?;
+            Some((kind.to_string(), value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
 async fn scale(guests: &Path, o: &Options, rows: &mut Vec<Row>) {
     let n = o.jobs;
     eprintln!("{n} jobs across 3 replicas");
@@ -677,10 +694,19 @@ async fn scale(guests: &Path, o: &Options, rows: &mut Vec<Row>) {
                 &jobs,
                 &format!("n{i}"),
                 ("10s", "2s"),
-                &["--cache-dir", cache.to_str().unwrap()],
+                &[
+                    "--cache-dir",
+                    cache.to_str().unwrap(),
+                    "--http",
+                    "127.0.0.1:0",
+                ],
             )
         })
         .collect();
+    let mut addrs = Vec::new();
+    for h in &hosts {
+        addrs.push(h.http_addr(Duration::from_secs(60)).await);
+    }
     let mut c = redis.conn().await;
     let start = Instant::now();
     loop {
@@ -724,9 +750,17 @@ async fn scale(guests: &Path, o: &Options, rows: &mut Vec<Row>) {
     tokio::time::sleep(Duration::from_secs(5)).await;
     let window = Duration::from_secs(20);
     let calls0 = command_calls(&mut c).await;
+    let mut trips0 = Vec::new();
+    for a in &addrs {
+        trips0.push(round_trips(a).await);
+    }
     let cpu0: Vec<(f64, u64)> = hosts.iter().map(|h| cpu_and_rss(h.pid())).collect();
     tokio::time::sleep(window).await;
     let calls1 = command_calls(&mut c).await;
+    let mut trips1 = Vec::new();
+    for a in &addrs {
+        trips1.push(round_trips(a).await);
+    }
     let cpu1: Vec<(f64, u64)> = hosts.iter().map(|h| cpu_and_rss(h.pid())).collect();
     let secs = window.as_secs_f64();
     let delta = |name: &str| {
@@ -767,6 +801,29 @@ async fn scale(guests: &Path, o: &Options, rows: &mut Vec<Row>) {
         .iter()
         .map(|(_, r)| format!("{} MiB", r >> 20))
         .collect();
+    // Round trips per host per heartbeat, from the hosts' own counters, by kind.
+    let mut kinds = std::collections::BTreeMap::<String, f64>::new();
+    for (a, b) in trips0.iter().zip(&trips1) {
+        for (k, v) in b {
+            *kinds.entry(k.clone()).or_default() +=
+                (v - a.get(k).copied().unwrap_or(0.0)) / 3.0 / beats;
+        }
+    }
+    let trips_per_beat: f64 = kinds.values().sum();
+    rows.push(row(
+        &format!("{n} jobs × 3 replicas: Redis round trips per host per heartbeat (2 s)"),
+        format!(
+            "{trips_per_beat:.1} ({})",
+            kinds
+                .iter()
+                .map(|(k, v)| format!("{k} {v:.1}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        "2,000+ before: one renewal and one state read per job",
+        "≤ 3",
+        Some(trips_per_beat <= 3.0),
+    ));
     rows.push(row(
         &format!("{n} jobs × 3 replicas: Redis commands per host per heartbeat (2 s)"),
         format!(

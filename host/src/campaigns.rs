@@ -84,6 +84,7 @@ async fn coalesce(
             continue;
         }
         let (campaigns, replies): (Vec<Campaign>, Vec<Reply>) = batch.into_iter().unzip();
+        crate::metrics::get().round_trip("campaigns");
         match crate::lease::acquire_many(&mut conn, &campaigns).await {
             Ok(answers) => {
                 for (reply, answer) in replies.into_iter().zip(answers) {

@@ -192,6 +192,7 @@ pub(crate) async fn keep_registered(
             _ = tokio::time::sleep(heartbeat) => {}
             _ = stop.cancelled() => break,
         }
+        crate::metrics::get().round_trip("membership");
         match tokio::time::timeout(timeout, register(&mut conn, &node, &info, ttl)).await {
             Ok(Ok(members)) => {
                 if failing {

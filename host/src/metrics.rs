@@ -21,6 +21,13 @@ pub(crate) struct JobLabel {
     pub job: String,
 }
 
+/// `kind` label: what a Redis round trip was for.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct KindLabel {
+    /// `renewals`, `campaigns`, `membership`, `job-state`.
+    pub kind: String,
+}
+
 /// `job` and another label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct TransitionLabel {
@@ -80,6 +87,8 @@ pub(crate) struct Metrics {
     pub stored_bytes: Family<JobLabel, Gauge>,
     /// See the module table.
     pub quota_refusals: Family<JobLabel, Counter>,
+    /// Redis round trips of the recurring kinds (each pipeline counts once).
+    pub round_trips: Family<KindLabel, Counter>,
     /// See the module table.
     pub jobs: Gauge,
     /// See the module table.
@@ -108,6 +117,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         step_duration: Family::new_with_constructor(step_buckets),
         guest_traps: Family::default(),
         guest_timeouts: Family::default(),
+        round_trips: Family::default(),
         runs: Family::default(),
         stored_keys: Family::default(),
         stored_bytes: Family::default(),
@@ -183,6 +193,11 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     );
     registry.register("jobs", "Jobs this node serves", m.jobs.clone());
     registry.register(
+        "redis_round_trips",
+        "Redis round trips this node made, by kind (renewal and campaign pipelines count once each, however many jobs they carry; membership registrations; leaders' reads of their job's state)",
+        m.round_trips.clone(),
+    );
+    registry.register(
         "refused_files",
         "Files in the jobs directory refused in their current version",
         m.refused_files.clone(),
@@ -231,6 +246,15 @@ impl Metrics {
             .get_or_create(&TransitionLabel {
                 job: name.to_string(),
                 to: "follower".into(),
+            })
+            .inc();
+    }
+
+    /// One Redis round trip of `kind` (see [`KindLabel`]).
+    pub(crate) fn round_trip(&self, kind: &str) {
+        self.round_trips
+            .get_or_create(&KindLabel {
+                kind: kind.to_string(),
             })
             .inc();
     }

@@ -140,6 +140,7 @@ async fn batch(
                 let batch: Vec<(JobKeys, String)> =
                     terms.values().map(|e| (e.keys.clone(), e.owner.clone())).collect();
                 let sent = Instant::now();
+                crate::metrics::get().round_trip("renewals");
                 let result = tokio::time::timeout(
                     timing.redis_timeout,
                     crate::lease::renew_many(&mut conn, &batch, timing.lease_ttl),

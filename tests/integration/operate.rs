@@ -345,6 +345,15 @@ async fn status_health_metrics_and_logs_describe_a_running_host() {
             ) >= 1.0
         );
         assert_eq!(metric(&m, "leasehold_jobs"), 3.0);
+        for kind in ["renewals", "campaigns", "membership", "job-state"] {
+            assert!(
+                metric(
+                    &m,
+                    &format!("leasehold_redis_round_trips_total{{kind=\"{kind}\"}}")
+                ) >= 1.0,
+                "no {kind} round trip counted"
+            );
+        }
         assert_eq!(metric(&m, "leasehold_refused_files"), 1.0);
 
         // A write refused by the fence: a newer term (by someone else) raised the fence.

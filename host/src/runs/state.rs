@@ -29,6 +29,7 @@ pub async fn state<C: ConnectionLike + Send + Sync>(
     conn: &mut C,
     keys: &JobKeys,
 ) -> redis::RedisResult<JobState> {
+    crate::metrics::get().round_trip("job-state");
     let (requested, open, paused, cursor, wanted): (BTreeMap<String, String>, _, _, _, _) =
         redis::pipe()
             .hgetall(keys.requests())
