@@ -97,7 +97,8 @@ async fn a_python_job_survives_a_kill_of_its_leader_and_settles_once() {
             start(&redis, &jobs, &data, "py-b"),
         ];
         // The run is in its second step or later: a checkpoint exists and work remains.
-        let period = wait_for(
+        // Its record names the node running it (the log line may not have been read yet).
+        let (period, node) = wait_for(
             "the settlement run to be past its first step",
             Duration::from_secs(120),
             || async {
@@ -105,13 +106,19 @@ async fn a_python_job_survives_a_kill_of_its_leader_and_settles_once() {
                     .await
                     .into_iter()
                     .find(|r| r["status"] == "running" && r["step"].as_u64() >= Some(1))
-                    .map(|r| r["period"].as_str().unwrap().to_string())
+                    .map(|r| {
+                        (
+                            r["period"].as_str().unwrap().to_string(),
+                            r["node"].as_str().unwrap().to_string(),
+                        )
+                    })
             },
         )
         .await;
-        let leader = (0..2)
-            .find(|i| !hosts[*i].log_lines_with("\"step done\"").is_empty())
-            .expect("a host finished a step");
+        let leader = ["py-a", "py-b"]
+            .iter()
+            .position(|n| *n == node)
+            .unwrap_or_else(|| panic!("the run is on an unknown node {node}"));
         hosts[leader].kill();
         let survivor = 1 - leader;
         let done = wait_for(
