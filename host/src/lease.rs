@@ -249,18 +249,18 @@ pub async fn renew<C: ConnectionLike>(
 /// renewed, `Ok(false)` not that owner's any more, `Err` that renewal failed. The script is
 /// loaded first in the same pipeline, so a Redis that lost its script cache still runs it.
 /// The outer `Err` is the pipeline's own failure (connection, I/O).
-pub async fn renew_many<C: ConnectionLike>(
+pub async fn renew_many<'a, C: ConnectionLike>(
     conn: &mut C,
-    terms: &[(JobKeys, String)],
+    terms: impl IntoIterator<Item = (&'a JobKeys, &'a str)>,
     ttl: Duration,
 ) -> redis::RedisResult<Vec<LeaseResult<bool>>> {
     let mut pipe = redis::pipe();
     pipe.load_script(&RENEW).ignore();
     let invocations: Vec<_> = terms
-        .iter()
+        .into_iter()
         .map(|(keys, owner)| {
             let mut i = RENEW.key(keys.lease());
-            i.arg(owner.as_str()).arg(ttl.as_millis() as u64);
+            i.arg(owner).arg(ttl.as_millis() as u64);
             i
         })
         .collect();

@@ -137,13 +137,12 @@ async fn batch(
                 if terms.is_empty() {
                     continue;
                 }
-                let batch: Vec<(JobKeys, String)> =
-                    terms.values().map(|e| (e.keys.clone(), e.owner.clone())).collect();
+                let batch = terms.values().map(|e| (&e.keys, e.owner.as_str()));
                 let sent = Instant::now();
                 crate::metrics::get().round_trip("renewals");
                 let result = tokio::time::timeout(
                     timing.redis_timeout,
-                    crate::lease::renew_many(&mut conn, &batch, timing.lease_ttl),
+                    crate::lease::renew_many(&mut conn, batch, timing.lease_ttl),
                 )
                 .await;
                 match result {

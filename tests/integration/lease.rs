@@ -303,13 +303,9 @@ async fn pipelined_campaigns_and_renewals_each_answer_for_themselves() {
         let left: Option<String> = c.get(broken.lease()).await.unwrap();
         assert_eq!(left, None);
         // Renewals: ours renewed, another owner's refused, in one pipeline.
-        let renewed = lease::renew_many(
-            &mut c,
-            &[(free.clone(), "n1:a".into()), (held.clone(), "n1:a".into())],
-            ttl,
-        )
-        .await
-        .unwrap();
+        let renewed = lease::renew_many(&mut c, [(&free, "n1:a"), (&held, "n1:a")], ttl)
+            .await
+            .unwrap();
         assert!(matches!(renewed[0], Ok(true)), "{:?}", renewed[0]);
         assert!(matches!(renewed[1], Ok(false)), "{:?}", renewed[1]);
     })
