@@ -2,6 +2,8 @@
 //! (`tests/integration`), the benchmarks (`host/benches/leasehold.rs`) and `leasehold demo`
 //! (`host/src/demo.rs`), so none of them repeats process set-up or teardown.
 //!
+//! * [`cluster`] — a Redis Cluster of such servers, joined by `redis-cli --cluster create`,
+//!   with a slot moved between primaries on demand.
 //! * [`redis`] — `redis-server` processes the harness starts on ports it picks, and kills on
 //!   drop (plain, with an append-only file, or TLS-only).
 //! * [`process`] — `leasehold` processes: the binary is a parameter (tests and benches pass
@@ -18,6 +20,7 @@
 //! Everything here panics on failure unless a `try_` variant or an `io::Result` says
 //! otherwise: callers are tests, benchmarks and a demo, where a failed set-up ends the run.
 
+pub mod cluster;
 pub mod fixtures;
 pub mod guests;
 pub mod history;
@@ -29,6 +32,7 @@ pub mod wait;
 
 use std::path::{Path, PathBuf};
 
+pub use self::cluster::RedisCluster;
 pub use self::guests::{Guests, componentize_py, guests};
 pub use self::http::{http, http_with};
 pub use self::process::{HostProcess, output_in, output_within};

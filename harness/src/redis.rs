@@ -34,6 +34,7 @@ pub struct RedisConfig {
     args: Vec<OsString>,
     aof: bool,
     tls: bool,
+    cluster: bool,
 }
 
 impl RedisConfig {
@@ -77,6 +78,14 @@ impl RedisConfig {
         self.tls = true;
         self
     }
+
+    /// A Redis Cluster node (`cluster-enabled`), with its cluster bus on a second port the
+    /// harness picks ([`RedisServer::bus_port`]); [`crate::cluster::RedisCluster`] joins such
+    /// nodes into a cluster.
+    pub fn cluster(mut self) -> Self {
+        self.cluster = true;
+        self
+    }
 }
 
 /// A `redis-server` the harness started on a port it picked, killed on drop. Its log (stdout)
@@ -85,6 +94,8 @@ pub struct RedisServer {
     child: Child,
     /// Its port (the TLS port for a TLS server).
     pub port: u16,
+    /// Its cluster bus port, for a cluster node.
+    pub bus_port: Option<u16>,
     config: RedisConfig,
     log: Arc<Mutex<Vec<String>>>,
     /// The server's working directory, when it owns it.
@@ -126,10 +137,16 @@ impl RedisServer {
         let mut last_log = Vec::new();
         for _ in 0..ATTEMPTS {
             let port = port_for_own_server()?;
-            let (child, log) = spawn(&config, port)?;
+            let bus_port = if config.cluster {
+                Some(port_for_own_server()?)
+            } else {
+                None
+            };
+            let (child, log) = spawn(&config, port, bus_port)?;
             let mut server = RedisServer {
                 child,
                 port,
+                bus_port,
                 config: config.clone(),
                 log,
                 _own_dir: None,
@@ -215,7 +232,7 @@ impl RedisServer {
     }
 
     async fn start_again(&mut self) {
-        let (child, log) = spawn(&self.config, self.port)
+        let (child, log) = spawn(&self.config, self.port, self.bus_port)
             .unwrap_or_else(|e| panic!("restarting redis-server: {e}"));
         self.child = child;
         self.log = log;
@@ -268,7 +285,11 @@ fn port_for_own_server() -> std::io::Result<u16> {
 }
 
 /// Starts `redis-server` on `port` with its stdout collected line by line.
-fn spawn(config: &RedisConfig, port: u16) -> std::io::Result<(Child, Arc<Mutex<Vec<String>>>)> {
+fn spawn(
+    config: &RedisConfig,
+    port: u16,
+    bus_port: Option<u16>,
+) -> std::io::Result<(Child, Arc<Mutex<Vec<String>>>)> {
     let port = port.to_string();
     let mut cmd = Command::new("redis-server");
     if config.tls {
@@ -284,6 +305,22 @@ fn spawn(config: &RedisConfig, port: u16) -> std::io::Result<(Child, Arc<Mutex<V
     }
     if let Some(dir) = &config.dir {
         cmd.arg("--dir").arg(dir);
+    }
+    if let Some(bus) = bus_port {
+        // The node's cluster state lives in its own directory (`--dir`), so a restart on the
+        // same ports rejoins the cluster.
+        cmd.args([
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+        ])
+        .args([
+            "--cluster-node-timeout",
+            "2000",
+            "--cluster-port",
+            &bus.to_string(),
+        ]);
     }
     cmd.args(&config.args);
     if let Some(dir) = &config.dir {
