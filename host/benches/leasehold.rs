@@ -381,15 +381,14 @@ async fn step_context(redis: &RedisServer, job: &str) -> (StepContext, Term) {
         "bench:1".into(),
         Instant::now() + Duration::from_secs(600),
     );
-    let conn = redis::aio::ConnectionManager::new(redis.client())
-        .await
-        .unwrap();
-    let ctx = StepContext {
-        keys,
-        term: term.clone(),
-        conn,
-        data_dir: None,
-    };
+    let conn = leasehold::redis_conn::Conn::connect(
+        &redis.url(),
+        Duration::from_secs(2),
+        Some(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+    let ctx = StepContext::for_step(keys, term.clone(), conn, None, "bench");
     (ctx, term)
 }
 
@@ -399,6 +398,7 @@ fn ctx_clone(ctx: &StepContext, data_dir: Option<PathBuf>) -> StepContext {
         term: ctx.term.clone(),
         conn: ctx.conn.clone(),
         data_dir,
+        work: ctx.work.clone(),
     }
 }
 
@@ -565,7 +565,7 @@ async fn recon(guests: &Path, o: &Options, rows: &mut Vec<Row>) {
             )
             .await;
         match out {
-            Ok(StepOutcome::Continue(s)) => {
+            Ok(StepOutcome::Continue(s) | StepOutcome::AwaitTasks(s)) => {
                 state = Some(s);
                 step += 1;
             }

@@ -1,8 +1,9 @@
 //! Campaigns coalesced into pipelines: the acquire scripts that a host's electors send at the
-//! same moment go to Redis as one pipeline ([`crate::lease::acquire_many`]).
+//! same moment go to Redis as one pipeline ([`crate::lease::acquire_many`]; one per primary on
+//! a Redis Cluster).
 //!
 //! Followers wake when the lease they saw runs out, and the leases one host holds are renewed
-//! together (one pipeline, see [`crate::renewals`]), so they expire together: the followers of
+//! together (in the host's heartbeat, see [`crate::heartbeat`]), so they expire together: the followers of
 //! every job that host leads wake in the same timer tick. Each elector hands its campaign to
 //! the coalescer and waits for the answer; the coalescer takes the first campaign, lets every
 //! other elector woken in the same tick run (`yield_now` on the lease runtime), drains what
@@ -13,11 +14,11 @@
 //! to each campaign in it, which the elector treats as the failed campaign it is (it releases,
 //! owner-checked, whatever the acquire may have taken).
 
-use redis::aio::ConnectionManager;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::lease::{Acquired, Campaign, LeaseResult};
+use crate::redis_conn::Conn;
 
 /// Most campaigns in one pipeline.
 const MOST_PER_PIPELINE: usize = 1000;
@@ -33,11 +34,7 @@ pub struct Campaigns {
 impl Campaigns {
     /// Starts the coalescer on `handle` (the lease runtime), sending over `conn`, until `stop`
     /// is cancelled.
-    pub fn start(
-        handle: &tokio::runtime::Handle,
-        conn: ConnectionManager,
-        stop: CancellationToken,
-    ) -> Self {
+    pub fn start(handle: &tokio::runtime::Handle, conn: Conn, stop: CancellationToken) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         handle.spawn(coalesce(conn, rx, stop));
         Campaigns { tx }
@@ -56,7 +53,7 @@ impl Campaigns {
 }
 
 async fn coalesce(
-    mut conn: ConnectionManager,
+    mut conn: Conn,
     mut rx: mpsc::UnboundedReceiver<(Campaign, Reply)>,
     stop: CancellationToken,
 ) {
@@ -84,18 +81,10 @@ async fn coalesce(
             continue;
         }
         let (campaigns, replies): (Vec<Campaign>, Vec<Reply>) = batch.into_iter().unzip();
-        crate::metrics::get().round_trip("campaigns");
-        match crate::lease::acquire_many(&mut conn, &campaigns).await {
-            Ok(answers) => {
-                for (reply, answer) in replies.into_iter().zip(answers) {
-                    let _ = reply.send(answer);
-                }
-            }
-            Err(e) => {
-                for reply in replies {
-                    let _ = reply.send(Err(e.clone()));
-                }
-            }
+        // One round trip per Redis node; each acquire answers for itself.
+        let answers = crate::lease::acquire_many(&mut conn, &campaigns).await;
+        for (reply, answer) in replies.into_iter().zip(answers) {
+            let _ = reply.send(answer);
         }
     }
 }

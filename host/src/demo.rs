@@ -154,9 +154,12 @@ pub(crate) async fn run(opts: DemoOptions) -> anyhow::Result<()> {
             url
         }
     };
-    let mut conn =
-        leasehold::redis_conn::connect(&url, Duration::from_secs(2), Some(Duration::from_secs(10)))
-            .await?;
+    let mut conn = leasehold::redis_conn::Conn::connect(
+        &url,
+        Duration::from_secs(2),
+        Some(Duration::from_secs(10)),
+    )
+    .await?;
     let keys = JobKeys::new(JOB);
     if runs::read(&mut conn, &keys, DEMO_PERIOD).await?.is_some() {
         bail!(

@@ -7,10 +7,11 @@
 //!   host refuses to start against such a Redis unless the operator says otherwise
 //!   (`--allow-evicting-redis`), and then warns.
 //!
-//! Both are read from `INFO` (allowed where `CONFIG` often is not, e.g. on managed Redis). An
+//! Both are read from `INFO` (allowed where `CONFIG` often is not, e.g. on managed Redis), on
+//! every primary of a Redis Cluster: one primary that may evict is enough to lose a lease. An
 //! `INFO` that cannot be read is an error too: the host does not guess.
 
-use redis::aio::ConnectionLike;
+use crate::redis_conn::Conn;
 
 /// The oldest Redis the host runs against.
 const MIN_VERSION: (u32, u32) = (6, 0);
@@ -46,17 +47,42 @@ pub(crate) enum DeploymentError {
     Unknown(String),
 }
 
-/// Reads `INFO` and checks it (see the module doc). With `allow_evicting`, an evicting
-/// policy is returned as the deployment (the caller warns) instead of an error.
-pub(crate) async fn check<C: ConnectionLike>(
-    conn: &mut C,
+/// Reads `INFO` on every primary and checks each (see the module doc). With `allow_evicting`,
+/// an evicting policy is returned as the deployment (the caller warns) instead of an error.
+/// On a cluster, an error names the primary.
+pub(crate) async fn check(
+    conn: &mut Conn,
     allow_evicting: bool,
 ) -> Result<Deployment, DeploymentError> {
-    let info: String = redis::cmd("INFO")
-        .query_async(conn)
+    let infos = conn
+        .on_every_primary(&redis::cmd("INFO"))
         .await
         .map_err(|e| DeploymentError::Unknown(format!("INFO failed: {e}")))?;
-    judge(&info, allow_evicting)
+    let mut found = None;
+    for (node, info) in infos {
+        let info: String = redis::from_redis_value(info)
+            .map_err(|e| DeploymentError::Unknown(format!("INFO of {node} did not read: {e}")))?;
+        let d = judge(&info, allow_evicting).map_err(|e| match e {
+            _ if node.is_empty() => e,
+            DeploymentError::Evicting { policy } => DeploymentError::Evicting {
+                policy: format!("{policy} on primary {node}"),
+            },
+            DeploymentError::TooOld { version } => DeploymentError::TooOld {
+                version: format!("{version} on primary {node}"),
+            },
+            DeploymentError::Unknown(why) => {
+                DeploymentError::Unknown(format!("{why} (primary {node})"))
+            }
+        })?;
+        // The weakest answer counts: an evicting policy anywhere is the deployment's.
+        if found
+            .as_ref()
+            .is_none_or(|f: &Deployment| f.maxmemory_policy == "noeviction")
+        {
+            found = Some(d);
+        }
+    }
+    found.ok_or_else(|| DeploymentError::Unknown("no primary answered INFO".into()))
 }
 
 /// The rules, on `INFO`'s text.

@@ -33,15 +33,16 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use tokio::sync::Notify;
 
-use redis::aio::ConnectionManager;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::config::{Timing, show};
+use crate::heartbeat::{Look, Renewed};
 use crate::keys::JobKeys;
+use crate::lease::Observed;
 use crate::lease::{self, Acquired};
-use crate::renewals::Renewed;
+use crate::redis_conn::Conn;
 use crate::term::{Replicas, Term, mono_ms};
 
 /// This node's role for one job.
@@ -155,30 +156,40 @@ pub struct Elector {
     /// The membership as this host sees it: a host not preferred for the job campaigns a
     /// heartbeat late (see [`crate::members`]).
     pub members: watch::Receiver<crate::members::View>,
-    /// The token of a term the runner asks to hand over (between runs): the elector releases
-    /// that term's lease and campaigns again as a non-preferred host.
+    /// The token of a term the runner asks to hand over (between runs or steps): the elector
+    /// releases that term's lease and campaigns again as a non-preferred host.
     pub hand_over: watch::Receiver<u64>,
-    /// The host's renewal batcher: one pipeline per heartbeat for every term it leads.
-    pub renewals: crate::renewals::Renewals,
+    /// The hash of the component version this host serves the job with: its ask for the job
+    /// names it, so a leader hands a run in progress only to a member with the same version.
+    pub version: watch::Receiver<String>,
+    /// The host's heartbeat: renews every term it leads and looks at every lease it follows,
+    /// in one round trip per heartbeat.
+    pub heartbeat: crate::heartbeat::Heartbeat,
     /// The host's campaign coalescer: campaigns sent at the same moment share a pipeline.
     pub campaigns: crate::campaigns::Campaigns,
 }
 
 /// Subscribes to every job's release and notice channels and wakes what is registered for the
 /// channel in `jobs` on each message, until `stop` is cancelled. Reconnects after a lost
-/// connection (meanwhile followers fall back to lease expiry, runners to their poll).
+/// connection (meanwhile followers fall back to lease expiry, runners to their poll), to the
+/// next of `clients` (a cluster's seed nodes: a subscription on any node of a cluster hears
+/// every `PUBLISH`).
 pub async fn listen_for_releases(
-    client: redis::Client,
+    clients: Vec<redis::Client>,
     jobs: ReleaseNotices,
     stop: CancellationToken,
 ) {
     let mut warned = false;
-    while !stop.is_cancelled() {
+    let mut next = 0;
+    while !stop.is_cancelled() && !clients.is_empty() {
+        let client = &clients[next % clients.len()];
+        next += 1;
         let listen = async {
             let mut pubsub = client.get_async_pubsub().await?;
             // One pattern for every job, so jobs added later need no new subscription.
             pubsub.psubscribe(crate::keys::RELEASED_PATTERN).await?;
             pubsub.psubscribe(crate::keys::NOTICE_PATTERN).await?;
+            pubsub.psubscribe(crate::keys::WORK_PATTERN).await?;
             warned = false;
             let mut messages = pubsub.on_message();
             while let Some(msg) = messages.next().await {
@@ -210,6 +221,16 @@ pub async fn listen_for_releases(
     }
 }
 
+/// Why a follower stopped following.
+enum Woke {
+    /// The lease ran out (as seen) or is gone: campaign at once.
+    Expired,
+    /// A release notice: campaign (after a heartbeat when not preferred).
+    Released,
+    /// The node resigns.
+    Resigned,
+}
+
 /// Why a term ended.
 enum Ended {
     Resigned,
@@ -220,12 +241,7 @@ enum Ended {
 impl Elector {
     /// Campaigns until `resign` is cancelled; then releases the lease if held and publishes
     /// [`Role::Stopped`].
-    pub async fn run(
-        self,
-        mut conn: ConnectionManager,
-        role: watch::Sender<Role>,
-        resign: CancellationToken,
-    ) {
+    pub async fn run(self, mut conn: Conn, role: watch::Sender<Role>, resign: CancellationToken) {
         let Timing {
             lease_ttl,
             heartbeat,
@@ -261,7 +277,7 @@ impl Elector {
             }
             let owner = format!("{node}:{}", uuid::Uuid::new_v4());
             // The preferred member asks for the job while another holds it.
-            let ask = self.is_preferred().then_some(node);
+            let ask = self.ask();
             let sent = Instant::now();
             let acquired = tokio::time::timeout(
                 redis_timeout,
@@ -269,7 +285,7 @@ impl Elector {
                     keys: self.keys.clone(),
                     owner: owner.clone(),
                     ttl: lease_ttl,
-                    ask: ask.map(str::to_string),
+                    ask,
                 }),
             )
             .await;
@@ -349,24 +365,27 @@ impl Elector {
                 }
                 Ok(Ok(Acquired::Held { holder, ttl })) => {
                     leader_known(true, &mut leaderless_since);
-                    last_holder = Some(owner_node(&holder).to_string());
                     let changed =
                         !matches!(&*role.borrow(), Role::Follower { leader } if *leader == holder);
                     if changed {
                         info!(leader = %holder, "following");
-                        role.send_replace(Role::Follower { leader: holder });
+                        role.send_replace(Role::Follower {
+                            leader: holder.clone(),
+                        });
                     }
-                    match ttl {
-                        // Wake when the lease we saw runs out.
-                        Some(ttl) => {
-                            ttl.clamp(Duration::from_millis(1), lease_ttl)
-                                + Duration::from_millis(1)
-                        }
-                        None => {
-                            warn!(key = %self.keys.lease(), "the lease key has no expiry (set by hand?); campaigning every heartbeat until it is gone");
-                            heartbeat
-                        }
+                    if ttl.is_none() {
+                        warn!(key = %self.keys.lease(), "the lease key has no expiry (set by hand?); looking at it every heartbeat until it is gone");
                     }
+                    let (woke, holder) = self
+                        .follow(holder, ttl.map(|t| sent + t), &role, &resign)
+                        .await;
+                    last_holder = Some(owner_node(&holder).to_string());
+                    match woke {
+                        Woke::Expired => after_expiry = true,
+                        Woke::Released => after_expiry = false,
+                        Woke::Resigned => break,
+                    }
+                    continue;
                 }
                 Ok(Err(e)) => {
                     warn!("campaign failed: {e}");
@@ -389,18 +408,19 @@ impl Elector {
                     heartbeat
                 }
             };
-            after_expiry = tokio::select! {
-                _ = tokio::time::sleep(wait) => matches!(&*role.borrow(), Role::Follower { .. }),
-                _ = self.released.notified() => false,
-                _ = resign.cancelled() => false,
-            };
+            after_expiry = false;
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.released.notified() => {}
+                _ = resign.cancelled() => {}
+            }
         }
         role.send_replace(Role::Stopped);
     }
 
     /// Releases `owner`'s lease if Redis still holds it (owner-checked), without waiting longer
     /// than the Redis timeout or complaining: used after a term ended uncleanly.
-    async fn release_quietly(&self, conn: &mut ConnectionManager, owner: &str) {
+    async fn release_quietly(&self, conn: &mut Conn, owner: &str) {
         let released = tokio::time::timeout(
             self.timing.redis_timeout,
             lease::release(conn, &self.keys, owner),
@@ -422,9 +442,64 @@ impl Elector {
         }
     }
 
-    /// Whether this host is the job's preferred member among the live ones.
-    fn is_preferred(&self) -> bool {
-        self.members.borrow().preferred(&self.job, None) == Some(self.node.as_str())
+    /// This host's ask for the job (its node id and the version it serves), when it is the
+    /// job's preferred member among the live ones.
+    fn ask(&self) -> Option<String> {
+        let preferred =
+            self.members.borrow().preferred(&self.job, None) == Some(self.node.as_str());
+        preferred.then(|| crate::balance::Ask::encode(&self.node, &self.version.borrow()))
+    }
+
+    /// Follows the lease `holder` holds until it runs out at `expiry` (as seen), is released,
+    /// or the node resigns. The heartbeat looks at the lease in its last tick before `expiry`:
+    /// a leader that renews moves the expiry on, so the follower campaigns only when the
+    /// lease really ran out (or is gone), or at once on a release notice. Returns why it woke
+    /// and the holder last seen.
+    async fn follow(
+        &self,
+        mut holder: String,
+        mut expiry: Option<Instant>,
+        role: &watch::Sender<Role>,
+        resign: &CancellationToken,
+    ) -> (Woke, String) {
+        let mut follow = self.heartbeat.follow(&self.keys);
+        let mut members = self.members.clone();
+        members.borrow_and_update();
+        follow.expect(expiry.unwrap_or_else(Instant::now), self.ask());
+        loop {
+            let runs_out = async {
+                match expiry {
+                    // One millisecond late: the lease is gone in Redis by then.
+                    Some(e) => {
+                        tokio::time::sleep_until((e + Duration::from_millis(1)).into()).await
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = runs_out => return (Woke::Expired, holder),
+                look = follow.looked.recv() => match look {
+                    Some(Look::Seen { lease: Observed::Held { holder: h, ttl }, sent }) => {
+                        if h != holder {
+                            info!(leader = %h, "following");
+                            role.send_replace(Role::Follower { leader: h.clone() });
+                            holder = h;
+                        }
+                        expiry = ttl.map(|t| sent + t);
+                        follow.expect(expiry.unwrap_or_else(Instant::now), self.ask());
+                    }
+                    Some(Look::Seen { lease: Observed::Free, .. }) => return (Woke::Expired, holder),
+                    Some(Look::Failed(why)) => debug!("looking at the lease failed: {why}"),
+                    // The heartbeat stopped (shutdown): the observed expiry still wakes us.
+                    None => expiry = expiry.or_else(|| Some(Instant::now() + self.timing.heartbeat)),
+                },
+                _ = self.released.notified() => return (Woke::Released, holder),
+                Ok(()) = members.changed() => {
+                    follow.expect(expiry.unwrap_or_else(Instant::now), self.ask());
+                }
+                _ = resign.cancelled() => return (Woke::Resigned, holder),
+            }
+        }
     }
 
     /// Renews with the host's batch every heartbeat until the term ends, the node resigns, or
@@ -436,7 +511,7 @@ impl Elector {
         hand_over: &mut watch::Receiver<u64>,
     ) -> Ended {
         let (job, token) = (self.job.as_str(), term.token());
-        let mut batch = self.renewals.add(&self.keys, term.owner());
+        let mut batch = self.heartbeat.lead(&self.keys, term.owner());
         loop {
             tokio::select! {
                 renewed = batch.renewed.recv() => match renewed {

@@ -14,8 +14,9 @@
 //!    ([`crate::quota`]); and sets every key given (in
 //!    *create* mode only if none of them exists yet: an idempotency key), deletes the keys to
 //!    delete, and applies the run bookkeeping that goes with them ([`Bookkeeping`]): periods
-//!    added to or removed from the open-runs index, and operator requests cleared — each only
-//!    if it still carries the id of the request that was served.
+//!    added to or removed from the open-runs index, operator requests cleared — each only
+//!    if it still carries the id of the request that was served — and periods added to the
+//!    run index.
 //!
 //! Every write a term makes goes through this script, so a term that has ended (its lease
 //! expired, a newer term began) can change nothing: not a record, a checkpoint, the cursor,
@@ -33,40 +34,77 @@ use redis::aio::ConnectionLike;
 
 use crate::keys::JobKeys;
 use crate::quota::{Quota, QuotaUsage};
+use crate::redis_conn::Conn;
 use crate::term::{Term, mono_ms};
 
+/// Lua, for every script a term writes with: `term_check(lease key, fence key, owner, token)`
+/// returns the refusal reply (`{0, kind, fence token, holder}`) when the fence holds a higher
+/// token, or the same token of another holder (I1), or the lease is not the owner's (I2); `nil`
+/// and the fence's token when the term may write. Nothing is written.
+pub(crate) const TERM_CHECK: &str = r#"
+local function term_check(lease_key, fence_key, owner, token_s)
+  local token = tonumber(token_s)
+  local fence_token = redis.call('HGET', fence_key, 'token')
+  local fence_holder = redis.call('HGET', fence_key, 'holder') or ''
+  if fence_token then
+    local f = tonumber(fence_token)
+    if token < f then
+      return {0, 'stale', fence_token, fence_holder}
+    end
+    if token == f and fence_holder ~= owner then
+      return {0, 'other-holder', fence_token, fence_holder}
+    end
+  end
+  local lease = redis.call('GET', lease_key)
+  if lease ~= owner then
+    return {0, 'not-leaseholder', fence_token or '', lease or ''}
+  end
+  return nil, fence_token
+end
+"#;
+
+/// Lua, for every script a task's worker writes with: `claim_holds(stream, group, entry,
+/// consumer, deliveries)` is true while the worker's claim on the task's stream entry is still
+/// its own: the entry is pending for that consumer, delivered exactly as many times as when it
+/// was claimed (a worker that took it over since has claimed it once more).
+pub(crate) const CLAIM_CHECK: &str = r#"
+local function claim_holds(stream, group, entry, consumer, deliveries)
+  local p = redis.call('XPENDING', stream, group, entry, entry, 1)
+  return p[1] ~= nil and p[1][2] == consumer and tonumber(p[1][4]) == tonumber(deliveries)
+end
+"#;
+
 static FENCED_WRITE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(&format!(
+        "{TERM_CHECK}{CLAIM_CHECK}{}",
         r#"
--- KEYS: lease, fence, open-runs index, requests, usage, keys to set..., keys to delete...
+-- KEYS: lease, fence, open-runs index, requests, usage, run index, tasks stream, keys to
+--       set..., keys to delete...
 -- ARGV: owner, token, number of keys to set, create ('1': only if no key to set exists),
 --       number of index additions, of index removals, of request clearings,
 --       quota of keys and of bytes ('' and '': the keys to set are not counted),
+--       number of run-index additions, and a task's claim (group, entry, consumer,
+--       deliveries; '' when the write is a step's),
 --       values... (one per key to set), periods to add to the index...,
---       periods to remove from it..., (period, request id) pairs to clear...
+--       periods to remove from it..., (period, request id) pairs to clear..., periods to add
+--       to the run index...
+local K, A = 7, 14
+local refused, fence_token = term_check(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
+if refused then
+  return refused
+end
+-- A task's write also needs the worker's claim on the task.
+if ARGV[11] ~= '' and not claim_holds(KEYS[7], ARGV[11], ARGV[12], ARGV[13], ARGV[14]) then
+  return {0, 'claim-lost', fence_token or '', ARGV[13]}
+end
 local token = tonumber(ARGV[2])
-local fence_token = redis.call('HGET', KEYS[2], 'token')
-local fence_holder = redis.call('HGET', KEYS[2], 'holder') or ''
-if fence_token then
-  local f = tonumber(fence_token)
-  if token < f then
-    return {0, 'stale', fence_token, fence_holder}
-  end
-  if token == f and fence_holder ~= ARGV[1] then
-    return {0, 'other-holder', fence_token, fence_holder}
-  end
-end
-local lease = redis.call('GET', KEYS[1])
-if lease ~= ARGV[1] then
-  return {0, 'not-leaseholder', fence_token or '', lease or ''}
-end
 if (not fence_token) or token > tonumber(fence_token) then
   redis.call('HSET', KEYS[2], 'token', ARGV[2], 'holder', ARGV[1])
 end
 local sets = tonumber(ARGV[3])
 if ARGV[4] == '1' then
   for i = 1, sets do
-    if redis.call('EXISTS', KEYS[i + 5]) == 1 then
+    if redis.call('EXISTS', KEYS[K + i]) == 1 then
       return {1, 'exists', '', ''}
     end
   end
@@ -77,12 +115,12 @@ local usage = {'', ''}
 if ARGV[8] ~= '' then
   local dkeys, dbytes = 0, 0
   for i = 1, sets do
-    local k = KEYS[i + 5]
+    local k = KEYS[K + i]
     if redis.call('EXISTS', k) == 0 then
       dkeys = dkeys + 1
       dbytes = dbytes + #k
     end
-    dbytes = dbytes + #ARGV[i + 9] - redis.call('STRLEN', k)
+    dbytes = dbytes + #ARGV[A + i] - redis.call('STRLEN', k)
   end
   local keys = tonumber(redis.call('HGET', KEYS[5], 'keys') or '0') + dkeys
   local bytes = tonumber(redis.call('HGET', KEYS[5], 'bytes') or '0') + dbytes
@@ -95,14 +133,14 @@ if ARGV[8] ~= '' then
   redis.call('HSET', KEYS[5], 'keys', string.format('%.0f', keys), 'bytes', string.format('%.0f', bytes))
   usage = {string.format('%.0f', keys), string.format('%.0f', bytes)}
 end
-for i = 1, #KEYS - 5 do
+for i = 1, #KEYS - K do
   if i <= sets then
-    redis.call('SET', KEYS[i + 5], ARGV[i + 9])
+    redis.call('SET', KEYS[K + i], ARGV[A + i])
   else
-    redis.call('DEL', KEYS[i + 5])
+    redis.call('DEL', KEYS[K + i])
   end
 end
-local a = 9 + sets
+local a = A + sets
 for i = 1, tonumber(ARGV[5]) do
   redis.call('SADD', KEYS[3], ARGV[a + i])
 end
@@ -120,9 +158,14 @@ for i = 1, tonumber(ARGV[7]) do
     redis.call('HDEL', KEYS[4], period)
   end
 end
+a = a + 2 * tonumber(ARGV[7])
+-- The run index: every period with a record (or a record moved aside), for the run history.
+for i = 1, tonumber(ARGV[10]) do
+  redis.call('ZADD', KEYS[6], 0, ARGV[a + i])
+end
 return {1, '', usage[1], usage[2]}
-"#,
-    )
+"#
+    ))
 });
 
 /// Why the fence refused a write. Nothing was written.
@@ -149,6 +192,12 @@ pub enum Refusal {
         /// The lease's current owner, empty when nobody holds it.
         lease_holder: String,
     },
+    /// A task's worker no longer holds its claim on the task: another worker took it over
+    /// (this one stopped answering), or the task was requeued or finished meanwhile.
+    ClaimLost {
+        /// The worker (its consumer name).
+        consumer: String,
+    },
 }
 
 impl fmt::Display for Refusal {
@@ -172,6 +221,10 @@ impl fmt::Display for Refusal {
             Refusal::NotLeaseholder { lease_holder } => {
                 write!(f, "fenced: the lease is held by {lease_holder}")
             }
+            Refusal::ClaimLost { consumer } => write!(
+                f,
+                "fenced: worker {consumer} no longer holds its claim on the task (another worker took it over)"
+            ),
         }
     }
 }
@@ -200,6 +253,8 @@ pub struct Bookkeeping<'a> {
     /// Operator requests cleared, as `(period, request id)`: each is removed only if the
     /// request for the period still has that id.
     pub clear_requests: &'a [(String, String)],
+    /// Periods added to the run index (`lh:{job}:runs`): every period whose record is written.
+    pub runs_add: &'a [String],
 }
 
 /// Sets every `(key, value)` pair (full Redis keys of this job), fenced by the term
@@ -229,6 +284,8 @@ pub struct TermWrite<'a> {
     /// Count the keys to set against this quota (a guest's write); `None` for the host's own
     /// records.
     pub quota: Option<Quota>,
+    /// A task's write: applied only while the worker still holds this claim on the task.
+    pub claim: Option<&'a crate::tasks::Claim>,
 }
 
 impl<'a> TermWrite<'a> {
@@ -240,6 +297,7 @@ impl<'a> TermWrite<'a> {
             create: false,
             book: Bookkeeping::default(),
             quota: None,
+            claim: None,
         }
     }
 
@@ -274,6 +332,8 @@ pub async fn invoke<C: ConnectionLike>(
         .key(keys.open_runs())
         .key(keys.requests())
         .key(keys.usage())
+        .key(keys.runs())
+        .key(keys.tasks())
         .arg(owner)
         .arg(token)
         .arg(write.sets.len())
@@ -284,6 +344,15 @@ pub async fn invoke<C: ConnectionLike>(
     match write.quota {
         Some(q) => inv.arg(q.keys).arg(q.bytes),
         None => inv.arg("").arg(""),
+    };
+    inv.arg(book.runs_add.len());
+    match write.claim {
+        Some(c) => inv
+            .arg(crate::tasks::GROUP)
+            .arg(&c.entry)
+            .arg(&c.consumer)
+            .arg(c.deliveries),
+        None => inv.arg("").arg("").arg("").arg(""),
     };
     for (key, value) in write.sets {
         inv.key(key).arg(*value);
@@ -296,6 +365,9 @@ pub async fn invoke<C: ConnectionLike>(
     }
     for (period, id) in book.clear_requests {
         inv.arg(period).arg(id);
+    }
+    for period in book.runs_add {
+        inv.arg(period);
     }
     let (ok, kind, fence_token, holder): (i64, String, String, String) =
         inv.invoke_async(conn).await?;
@@ -313,8 +385,19 @@ pub async fn invoke<C: ConnectionLike>(
             max_bytes: q.bytes,
         }));
     }
+    Err(FenceError::Refused(refusal(
+        &kind,
+        token,
+        &fence_token,
+        holder,
+    )))
+}
+
+/// A refusal reply of [`TERM_CHECK`] (or a claim check) as a [`Refusal`]: `kind`, the writer's
+/// `token`, and the reply's fence token and holder (or consumer).
+pub(crate) fn refusal(kind: &str, token: u64, fence_token: &str, holder: String) -> Refusal {
     let fence_token = fence_token.parse().unwrap_or(0);
-    Err(FenceError::Refused(match kind.as_str() {
+    match kind {
         "stale" => Refusal::Stale {
             token,
             fence_token,
@@ -324,22 +407,25 @@ pub async fn invoke<C: ConnectionLike>(
             token,
             fence_holder: holder,
         },
+        "claim-lost" => Refusal::ClaimLost { consumer: holder },
         _ => Refusal::NotLeaseholder {
             lease_holder: holder,
         },
-    }))
+    }
 }
 
-/// `WAIT`s for `r.count` replicas to acknowledge every write this connection sent, bounded by
-/// the term.
-async fn wait_for_replicas<C: ConnectionLike>(
-    conn: &mut C,
+/// `WAIT`s for `r.count` replicas to acknowledge every write this connection sent (to the node
+/// of `keys`' slot, on a cluster), bounded by the term.
+async fn wait_for_replicas(
+    conn: &mut Conn,
+    keys: &JobKeys,
     term: &Term,
     r: crate::term::Replicas,
 ) -> Result<(), TermWriteError> {
-    let mut wait = redis::cmd("WAIT");
-    wait.arg(r.count).arg(r.timeout.as_millis() as u64);
-    match term.bound(wait.query_async::<i64>(conn)).await {
+    match term
+        .bound(conn.wait_replicas(&keys.lease(), r.count, r.timeout))
+        .await
+    {
         Some(Ok(acked)) if acked >= i64::from(r.count) => Ok(()),
         Some(Ok(acked)) => Err(TermWriteError::NotReplicated {
             acked: acked.max(0) as u32,
@@ -404,8 +490,8 @@ pub enum TermWriteError {
 /// the term at once. Emits a `fenced write` debug event with the send time and the term's
 /// deadline on the monotonic clock and the outcome, for history checks; the job and node
 /// come from the caller's `job` span (see [`crate::logging`]).
-pub async fn write_in_term<C: ConnectionLike>(
-    conn: &mut C,
+pub async fn write_in_term(
+    conn: &mut Conn,
     keys: &JobKeys,
     term: &Term,
     write: TermWrite<'_>,
@@ -415,8 +501,8 @@ pub async fn write_in_term<C: ConnectionLike>(
 
 /// [`write_in_term`], saying what was written: whether a `create` created its key, and the
 /// job's storage after a write counted against its quota (a guest's `store` writes).
-pub async fn term_write<C: ConnectionLike>(
-    conn: &mut C,
+pub async fn term_write(
+    conn: &mut Conn,
     keys: &JobKeys,
     term: &Term,
     write: TermWrite<'_>,
@@ -452,7 +538,9 @@ pub async fn term_write<C: ConnectionLike>(
         }
     };
     let outcome = match (outcome, term.replicas()) {
-        (Ok(written), Some(r)) => wait_for_replicas(conn, term, r).await.map(|()| written),
+        (Ok(written), Some(r)) => wait_for_replicas(conn, keys, term, r)
+            .await
+            .map(|()| written),
         (outcome, _) => outcome,
     };
     let result = match &outcome {

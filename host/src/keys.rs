@@ -13,9 +13,14 @@
 /// Redis patterns).
 pub const RELEASED_PATTERN: &str = "lh:{*}:released";
 
-/// Pattern matching every job's notice channel: an operator's trigger, pause or resume, or a
-/// member asking for the job, wakes the job's runner at once instead of at its next poll.
+/// Pattern matching every job's notice channel: an operator's trigger, pause or resume, a
+/// member asking for the job, or the job's tasks finishing, wakes the job's runner at once
+/// instead of at its next poll.
 pub const NOTICE_PATTERN: &str = "lh:{*}:notify";
+
+/// Pattern matching every job's work channel: tasks submitted or queued again wake every
+/// host's workers for the job.
+pub const WORK_PATTERN: &str = "lh:{*}:work";
 
 /// The keys of one job. Cheap to clone; built once per job.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,7 +61,14 @@ impl JobKeys {
         format!("{}paused", self.prefix)
     }
 
-    /// `SCAN` pattern of every run record of the job.
+    /// The run index: every period with a run record (or one moved aside), a sorted set read
+    /// newest first by the run history, so it never scans the keyspace.
+    pub fn runs(&self) -> String {
+        format!("{}runs", self.prefix)
+    }
+
+    /// `SCAN` pattern of every run record of the job (for indexing records written before the
+    /// run index existed).
     pub fn run_pattern(&self) -> String {
         // `{`, `}` and `:` are literal in patterns.
         format!("{}run:*", self.prefix)
@@ -132,6 +144,29 @@ impl JobKeys {
     /// script with every guest write (see [`crate::quota`]).
     pub fn usage(&self) -> String {
         format!("{}usage", self.prefix)
+    }
+
+    /// The job's task stream (fan-out): one entry per task attempt, read by every host's
+    /// workers through the consumer group [`crate::tasks::GROUP`].
+    pub fn tasks(&self) -> String {
+        format!("{}tasks", self.prefix)
+    }
+
+    /// The tasks of `period`'s run (hash: `t:<id>` → the task's record as JSON, and the
+    /// counters `n:submitted`, `n:finished`, `n:failed`).
+    pub fn task_runs(&self, period: &str) -> String {
+        format!("{}task:{period}", self.prefix)
+    }
+
+    /// The payloads and outputs of `period`'s tasks (hash: `p:<id>`, `o:<id>`).
+    pub fn task_data(&self, period: &str) -> String {
+        format!("{}taskdata:{period}", self.prefix)
+    }
+
+    /// The channel where the job's tasks announce work (a task submitted or queued again): every
+    /// host's workers for the job fetch at once.
+    pub fn work_channel(&self) -> String {
+        format!("{}work", self.prefix)
     }
 
     /// `SCAN` pattern of every corrupt record kept aside.

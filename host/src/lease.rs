@@ -30,6 +30,7 @@ use redis::Script;
 use redis::aio::ConnectionLike;
 
 use crate::keys::JobKeys;
+use crate::redis_conn::{Batch, Conn};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -87,6 +88,28 @@ if holder == ARGV[1] then
   return {1, holder}
 end
 return {0, holder or ''}
+"#,
+    )
+});
+
+static OBSERVE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+-- KEYS: lease, wanted.  ARGV: asking node value (or empty), ttl in ms, the job's notice channel.
+-- A follower's look at the lease (sent in the host's heartbeat): who holds it and for how long;
+-- the job's preferred member also asks for it, exactly as the acquire script does.
+local holder = redis.call('GET', KEYS[1])
+if not holder then
+  return {0, '', -2}
+end
+if ARGV[1] ~= '' then
+  local asked = redis.call('GET', KEYS[2])
+  redis.call('SET', KEYS[2], ARGV[1], 'PX', tonumber(ARGV[2]) * 2)
+  if asked ~= ARGV[1] then
+    redis.call('PUBLISH', ARGV[3], 'wanted')
+  end
+end
+return {1, holder, redis.call('PTTL', KEYS[1])}
 "#,
     )
 });
@@ -174,25 +197,31 @@ pub struct Campaign {
     pub ask: Option<String>,
 }
 
-/// [`acquire_or_ask`] for every campaign in one pipeline (one round trip): each acquire is its
-/// own script and answers for itself. The script is loaded first in the same pipeline. The
-/// outer `Err` is the pipeline's own failure (connection, I/O).
-pub async fn acquire_many<C: ConnectionLike>(
-    conn: &mut C,
-    campaigns: &[Campaign],
-) -> redis::RedisResult<Vec<LeaseResult<Acquired>>> {
-    let mut pipe = redis::pipe();
-    pipe.load_script(&ACQUIRE).ignore();
-    let invocations: Vec<_> = campaigns
-        .iter()
-        .map(|c| acquire_invocation(&c.keys, &c.owner, c.ttl, c.ask.as_deref()))
-        .collect();
-    for i in &invocations {
-        pipe.invoke_script(i);
+/// [`acquire_or_ask`] for every campaign in one round trip per Redis node
+/// ([`Conn::batch`]): each acquire is its own script and answers for itself.
+pub async fn acquire_many(conn: &mut Conn, campaigns: &[Campaign]) -> Vec<LeaseResult<Acquired>> {
+    let mut batch = Batch::new();
+    for c in campaigns {
+        let keys = &c.keys;
+        batch.script(
+            &ACQUIRE,
+            &[keys.lease(), keys.token(), keys.fence(), keys.wanted()],
+            (
+                &c.owner,
+                c.ttl.as_millis() as u64,
+                c.ask.as_deref().unwrap_or(""),
+                keys.notice_channel(),
+            ),
+        );
     }
-    let replies: Vec<redis::RedisResult<(i64, String, i64)>> =
-        pipe.ignore_errors().query_async(conn).await?;
-    Ok(replies.into_iter().map(|r| r.and_then(acquired)).collect())
+    conn.batch("campaigns", &batch)
+        .await
+        .into_iter()
+        .map(|r| {
+            r.and_then(|v| redis::from_redis_value::<(i64, String, i64)>(v).map_err(Into::into))
+                .and_then(acquired)
+        })
+        .collect()
 }
 
 fn acquire_invocation<'a>(
@@ -244,35 +273,77 @@ pub async fn renew<C: ConnectionLike>(
     Ok(ok == 1)
 }
 
-/// Renews every `(keys, owner)` lease of `terms` to `ttl` in one pipeline (one round trip):
-/// each is the owner-checked renew script on its own, so each answers for itself — `Ok(true)`
-/// renewed, `Ok(false)` not that owner's any more, `Err` that renewal failed. The script is
-/// loaded first in the same pipeline, so a Redis that lost its script cache still runs it.
-/// The outer `Err` is the pipeline's own failure (connection, I/O).
-pub async fn renew_many<'a, C: ConnectionLike>(
-    conn: &mut C,
+/// Adds the owner-checked renewal of `owner`'s lease on `keys` (to `ttl`) to `batch`; its
+/// reply reads with [`renewed`].
+pub fn renew_into(batch: &mut Batch, keys: &JobKeys, owner: &str, ttl: Duration) -> usize {
+    batch.script(&RENEW, &[keys.lease()], (owner, ttl.as_millis() as u64))
+}
+
+/// A renewal's reply: `Ok(true)` renewed, `Ok(false)` the lease is not that owner's any more.
+pub fn renewed(reply: redis::RedisResult<redis::Value>) -> LeaseResult<bool> {
+    let (ok, _holder): (i64, String) = redis::from_redis_value(reply?)?;
+    Ok(ok == 1)
+}
+
+/// Renews every `(keys, owner)` lease of `terms` to `ttl` in one round trip per Redis node:
+/// each is the owner-checked renew script on its own, so each answers for itself (see
+/// [`renewed`]). What the host's heartbeat does every heartbeat ([`crate::heartbeat`]).
+pub async fn renew_many<'a>(
+    conn: &mut Conn,
     terms: impl IntoIterator<Item = (&'a JobKeys, &'a str)>,
     ttl: Duration,
-) -> redis::RedisResult<Vec<LeaseResult<bool>>> {
-    let mut pipe = redis::pipe();
-    pipe.load_script(&RENEW).ignore();
-    let invocations: Vec<_> = terms
-        .into_iter()
-        .map(|(keys, owner)| {
-            let mut i = RENEW.key(keys.lease());
-            i.arg(owner).arg(ttl.as_millis() as u64);
-            i
-        })
-        .collect();
-    for i in &invocations {
-        pipe.invoke_script(i);
+) -> Vec<LeaseResult<bool>> {
+    let mut batch = Batch::new();
+    for (keys, owner) in terms {
+        renew_into(&mut batch, keys, owner, ttl);
     }
-    let replies: Vec<redis::RedisResult<(i64, String)>> =
-        pipe.ignore_errors().query_async(conn).await?;
-    Ok(replies
+    conn.batch("renewals", &batch)
+        .await
         .into_iter()
-        .map(|r| r.map(|(ok, _)| ok == 1))
-        .collect())
+        .map(renewed)
+        .collect()
+}
+
+/// What a follower's look at the lease found ([`observe_into`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Observed {
+    /// Held by `holder`, with `ttl` left (`None`: no expiry, set by hand).
+    Held {
+        /// The owner.
+        holder: String,
+        /// Time left as Redis saw it.
+        ttl: Option<Duration>,
+    },
+    /// Nobody holds the lease.
+    Free,
+}
+
+/// Adds a follower's look at the lease of `keys` to `batch`: who holds it and for how long,
+/// and, with `ask` (this node, when it is the job's preferred member), the same ask for the job
+/// the acquire script makes ([`acquire_or_ask`]). Its reply reads with [`observed`].
+pub fn observe_into(batch: &mut Batch, keys: &JobKeys, ask: Option<&str>, ttl: Duration) -> usize {
+    batch.script(
+        &OBSERVE,
+        &[keys.lease(), keys.wanted()],
+        (
+            ask.unwrap_or(""),
+            ttl.as_millis() as u64,
+            keys.notice_channel(),
+        ),
+    )
+}
+
+/// A follower's look's reply.
+pub fn observed(reply: redis::RedisResult<redis::Value>) -> LeaseResult<Observed> {
+    let (held, holder, ttl_ms): (i64, String, i64) = redis::from_redis_value(reply?)?;
+    Ok(if held == 1 {
+        Observed::Held {
+            holder,
+            ttl: (ttl_ms >= 0).then(|| Duration::from_millis(ttl_ms as u64)),
+        }
+    } else {
+        Observed::Free
+    })
 }
 
 /// Deletes the lease if `owner` still holds it and announces it on the job's release channel

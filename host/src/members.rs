@@ -1,7 +1,8 @@
 //! Membership: the live replicas, each registered in Redis by itself, and which of them each
 //! job prefers.
 //!
-//! **Registry.** Every heartbeat a host sends one script ([`register`]) that records it in
+//! **Registry.** Every heartbeat a host sends one script ([`register`], in its heartbeat's batch,
+//! see [`crate::heartbeat`]) that records it in
 //! `lh:{members}:live` (a sorted set: node id → expiry in Redis's clock, `TIME` plus the member
 //! TTL) with its [`MemberInfo`] in `lh:{members}:info` (a hash: node id → JSON), drops every
 //! member whose expiry has passed, and returns the live members. A host that stops deregisters
@@ -29,14 +30,17 @@ use std::time::{Duration, Instant};
 use redis::Script;
 use redis::aio::ConnectionLike;
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+
+use crate::redis_conn::Batch;
 
 /// The sorted set of live members (node id → expiry, ms of Redis's clock).
 pub const LIVE_KEY: &str = "lh:{members}:live";
 /// The hash of member descriptions (node id → [`MemberInfo`] as JSON).
 pub const INFO_KEY: &str = "lh:{members}:info";
+/// The channel a member's first registration publishes on (its node id): the other hosts
+/// read the membership at once instead of at their next heartbeat. It matches the notice
+/// pattern (`lh:{*}:notify`) the hosts already listen to.
+pub const JOINED_CHANNEL: &str = "lh:{members}:notify";
 
 /// What a member says about itself.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,6 +54,29 @@ pub struct MemberInfo {
     pub http: Option<String>,
     /// When it registered (RFC 3339, its own clock; informational).
     pub since: String,
+    /// When it last registered: its last heartbeat (RFC 3339, its own clock; informational).
+    #[serde(default)]
+    pub seen: String,
+    /// Its task worker (fan-out): slots and what it ran since it started.
+    #[serde(default)]
+    pub tasks: WorkerStats,
+}
+
+/// What a member's task worker reports with every heartbeat.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerStats {
+    /// Tasks it runs at once, at most (`--task-slots`).
+    pub slots: u32,
+    /// Tasks running now.
+    pub running: u32,
+    /// Task attempts it finished with an output that was accepted.
+    pub done: u64,
+    /// Task attempts that failed on it (retried or not).
+    pub failed: u64,
+    /// Tasks it took over from a worker that stopped answering.
+    pub reclaimed: u64,
+    /// Outputs refused (its claim or the submitting term had moved on) or dropped.
+    pub refused: u64,
 }
 
 impl MemberInfo {
@@ -61,6 +88,8 @@ impl MemberInfo {
             version: String::new(),
             http: None,
             since: String::new(),
+            seen: String::new(),
+            tasks: WorkerStats::default(),
         }
     }
 }
@@ -71,10 +100,13 @@ pub type Members = BTreeMap<String, MemberInfo>;
 static REGISTER: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
--- KEYS: live set, info hash.  ARGV: node id, ttl in ms, info JSON.
+-- KEYS: live set, info hash.  ARGV: node id, ttl in ms, info JSON, joined channel.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+if redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1]) == 1 then
+  -- A member that was not live: tell the others at once.
+  redis.call('PUBLISH', ARGV[4], ARGV[1])
+end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
 local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
 for _, node in ipairs(dead) do
@@ -111,14 +143,37 @@ pub async fn register<C: ConnectionLike>(
     ttl: Duration,
 ) -> redis::RedisResult<Members> {
     let json = serde_json::to_string(info).expect("member info serializes");
-    let flat: Vec<String> = REGISTER
+    let reply: redis::Value = REGISTER
         .key(LIVE_KEY)
         .key(INFO_KEY)
         .arg(node)
         .arg(ttl.as_millis() as u64)
         .arg(json)
+        .arg(JOINED_CHANNEL)
         .invoke_async(conn)
         .await?;
+    registered(Ok(reply))
+}
+
+/// Adds [`register`]'s script to `batch` (the host's heartbeat); its reply reads with
+/// [`registered`].
+pub(crate) fn register_into(
+    batch: &mut Batch,
+    node: &str,
+    info: &MemberInfo,
+    ttl: Duration,
+) -> usize {
+    let json = serde_json::to_string(info).expect("member info serializes");
+    batch.script(
+        &REGISTER,
+        &[LIVE_KEY, INFO_KEY],
+        (node, ttl.as_millis() as u64, json, JOINED_CHANNEL),
+    )
+}
+
+/// The live members from a registration's reply.
+pub(crate) fn registered(reply: redis::RedisResult<redis::Value>) -> redis::RedisResult<Members> {
+    let flat: Vec<String> = redis::from_redis_value(reply?)?;
     Ok(flat
         .chunks(2)
         .filter_map(|pair| match pair {
@@ -142,14 +197,24 @@ pub async fn deregister<C: ConnectionLike>(conn: &mut C, node: &str) -> redis::R
     Ok(())
 }
 
-/// This host's view of the membership: who is live, and since when on this host's monotonic
-/// clock (a member that drops out and returns starts again).
+/// How long a host remembers that a member left its view: a member that comes back within
+/// this time has flapped, and must stay live longer before jobs are handed to it
+/// ([`View::settled`]).
+pub const FLAP_MEMORY: Duration = Duration::from_secs(600);
+/// How many times the settling time a member that came back must stay live, the first time it
+/// came back within [`FLAP_MEMORY`] (doubled each further time).
+pub const RETURN_SETTLE: u32 = 10;
+
+/// This host's view of the membership: who is live, since when on this host's monotonic clock
+/// (a member that drops out and returns starts again), and who left recently.
 #[derive(Clone, Debug, Default)]
 pub struct View {
     /// The live members, as the last registration returned them.
     pub members: Members,
     /// When this host first saw each of them (in an unbroken run of views).
     pub since: BTreeMap<String, Instant>,
+    /// Members that left the view within [`FLAP_MEMORY`]: when they last left, and how often.
+    pub left: BTreeMap<String, (Instant, u32)>,
 }
 
 impl View {
@@ -159,7 +224,17 @@ impl View {
             .keys()
             .map(|n| (n.clone(), self.since.get(n).copied().unwrap_or(now)))
             .collect();
-        View { members, since }
+        let mut left = self.left.clone();
+        for n in self.members.keys().filter(|n| !members.contains_key(*n)) {
+            let e = left.entry(n.clone()).or_insert((now, 0));
+            *e = (now, e.1 + 1);
+        }
+        left.retain(|_, (t, _)| now.saturating_duration_since(*t) < FLAP_MEMORY);
+        View {
+            members,
+            since,
+            left,
+        }
     }
 
     /// The member `job` prefers (see [`preferred`]).
@@ -167,60 +242,18 @@ impl View {
         preferred(job, &self.members, excluded)
     }
 
-    /// Whether `node` has been live, in this view, for at least `settled`.
+    /// Whether `node` has been live, in this view, for at least `settled`; a member that left
+    /// the view within [`FLAP_MEMORY`] and came back, [`RETURN_SETTLE`] times as long, doubled
+    /// for each further time (at most 32 × that), so that a member that flaps (or a process
+    /// that wakes from a long pause) is handed nothing while it flaps.
     pub fn settled(&self, node: &str, settled: Duration, now: Instant) -> bool {
+        let need = match self.left.get(node) {
+            None => settled,
+            Some((_, flaps)) => settled * RETURN_SETTLE * 2u32.pow((*flaps).clamp(1, 6) - 1),
+        };
         self.since
             .get(node)
-            .is_some_and(|t| now.saturating_duration_since(*t) >= settled)
-    }
-}
-
-/// Registers this host every `heartbeat` (each call bounded by `timeout`) and publishes the
-/// membership it returns on `view`, until `stop` is cancelled; then deregisters it. A failed
-/// registration keeps the last view (logged once until one succeeds again).
-pub(crate) async fn keep_registered(
-    mut conn: redis::aio::ConnectionManager,
-    node: String,
-    info: MemberInfo,
-    (ttl, heartbeat, timeout): (Duration, Duration, Duration),
-    view: watch::Sender<View>,
-    stop: CancellationToken,
-) {
-    let mut failing = false;
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(heartbeat) => {}
-            _ = stop.cancelled() => break,
-        }
-        crate::metrics::get().round_trip("membership");
-        match tokio::time::timeout(timeout, register(&mut conn, &node, &info, ttl)).await {
-            Ok(Ok(members)) => {
-                if failing {
-                    info!(node = %node, "membership registration works again");
-                    failing = false;
-                }
-                let next = view.borrow().next(members, Instant::now());
-                if next.members.keys().ne(view.borrow().members.keys()) {
-                    info!(node = %node, members = ?next.members.keys().collect::<Vec<_>>(), "membership changed");
-                }
-                view.send_replace(next);
-            }
-            Ok(Err(e)) if !failing => {
-                warn!(node = %node, "membership registration failed: {e}; balancing uses the last view");
-                failing = true;
-            }
-            Err(_) if !failing => {
-                warn!(node = %node, "membership registration got no reply within {}; balancing uses the last view", crate::config::show(timeout));
-                failing = true;
-            }
-            _ => {}
-        }
-    }
-    match tokio::time::timeout(timeout, deregister(&mut conn, &node)).await {
-        Ok(Ok(())) => info!(node = %node, "left the membership"),
-        _ => {
-            warn!(node = %node, "could not leave the membership; it expires after {}", crate::config::show(ttl))
-        }
+            .is_some_and(|t| now.saturating_duration_since(*t) >= need)
     }
 }
 
@@ -331,6 +364,30 @@ mod tests {
             (280..=390).contains(&moved_on_join),
             "{moved_on_join} of 1000 moved"
         );
+    }
+
+    #[test]
+    fn a_member_that_flaps_settles_slower_each_time() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let ab = members(&[("a", 1), ("b", 1)]);
+        let a = members(&[("a", 1)]);
+        let v = View::default().next(ab.clone(), t0);
+        assert!(!v.settled("b", s, t0));
+        assert!(v.settled("b", s, t0 + s));
+        // b leaves and returns: RETURN_SETTLE times as long; again: twice that.
+        let back = t0 + s * 2;
+        let v = v.next(a.clone(), t0 + s).next(ab.clone(), back);
+        assert!(!v.settled("b", s, back + s * (RETURN_SETTLE - 1)));
+        assert!(v.settled("b", s, back + s * RETURN_SETTLE));
+        let again = back + s * 20;
+        let v = v.next(a, again - s).next(ab.clone(), again);
+        assert!(!v.settled("b", s, again + s * (2 * RETURN_SETTLE - 1)));
+        assert!(v.settled("b", s, again + s * 2 * RETURN_SETTLE));
+        // Forgotten after FLAP_MEMORY.
+        let later = again + FLAP_MEMORY + s;
+        let v = v.next(ab, later);
+        assert!(v.left.is_empty());
     }
 
     #[test]

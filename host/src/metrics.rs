@@ -24,7 +24,7 @@ pub(crate) struct JobLabel {
 /// `kind` label: what a Redis round trip was for.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct KindLabel {
-    /// `renewals`, `campaigns`, `membership`, `job-state`.
+    /// `heartbeat`, `campaigns`, `job-state`.
     pub kind: String,
 }
 
@@ -90,6 +90,10 @@ pub(crate) struct Metrics {
     /// Redis round trips of the recurring kinds (each pipeline counts once).
     pub round_trips: Family<KindLabel, Counter>,
     /// See the module table.
+    pub tasks: Family<StepLabel, Counter>,
+    /// See the module table.
+    pub task_duration: Histograms<StepLabel>,
+    /// See the module table.
     pub jobs: Gauge,
     /// See the module table.
     pub refused_files: Gauge,
@@ -118,6 +122,8 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         guest_traps: Family::default(),
         guest_timeouts: Family::default(),
         round_trips: Family::default(),
+        tasks: Family::default(),
+        task_duration: Family::new_with_constructor(step_buckets),
         runs: Family::default(),
         stored_keys: Family::default(),
         stored_bytes: Family::default(),
@@ -194,8 +200,18 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     registry.register("jobs", "Jobs this node serves", m.jobs.clone());
     registry.register(
         "redis_round_trips",
-        "Redis round trips this node made, by kind (renewal and campaign pipelines count once each, however many jobs they carry; membership registrations; leaders' reads of their job's state)",
+        "Redis round trips this node made, by kind (heartbeat: one batch per Redis node carrying membership, every renewal, follower looks and idle runners' reads; campaigns: one per coalesced pipeline; job-state: a runner's own read of its job's state)",
         m.round_trips.clone(),
+    );
+    registry.register(
+        "tasks",
+        "Task attempts this node ran as a worker, by how they ended: done, retried (failed, queued again), failed (on its last attempt), refused (the claim or the term had moved on), reclaimed (taken over from a worker that stopped answering), dropped (its claim lapsed here)",
+        m.tasks.clone(),
+    );
+    registry.register(
+        "task_duration_seconds",
+        "Task attempts this node ran as a worker, by outcome",
+        m.task_duration.clone(),
     );
     registry.register(
         "refused_files",
@@ -307,6 +323,20 @@ impl Metrics {
     /// The job's storage quota refused one of its writes.
     pub(crate) fn quota_refused(&self, name: &str) {
         self.quota_refusals.get_or_create(&job(name)).inc();
+    }
+
+    /// A task attempt of the job ended with `outcome` on this node (after `d`, when it ran).
+    pub(crate) fn task(&self, name: &str, outcome: &str, d: Option<Duration>) {
+        let label = StepLabel {
+            job: name.to_string(),
+            outcome: outcome.to_string(),
+        };
+        self.tasks.get_or_create(&label).inc();
+        if let Some(d) = d {
+            self.task_duration
+                .get_or_create(&label)
+                .observe(d.as_secs_f64());
+        }
     }
 
     /// A run of the job reached the final `status` on this node.

@@ -23,7 +23,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use redis::aio::ConnectionManager;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -35,7 +34,7 @@ use crate::config::NodeConfig;
 use crate::elector::{Elector, LeaseRuntime, ReleaseNotices, Role};
 use crate::jobs_dir::{self, JobsDir, RESCAN, SETTLE, Scan};
 use crate::keys::JobKeys;
-use crate::redis_conn;
+use crate::redis_conn::{self, Conn};
 use crate::runner::{Runner, RunnerHost};
 use crate::runtime::{LoadedJob, Runtime};
 
@@ -52,9 +51,9 @@ fn job_span(job: &str, node: &str) -> tracing::Span {
 struct Host {
     cfg: NodeConfig,
     runtime: Runtime,
-    conn: ConnectionManager,
+    conn: Conn,
     leases: LeaseRuntime,
-    lease_conn: ConnectionManager,
+    lease_conn: Conn,
     notices: ReleaseNotices,
     jobs: BTreeMap<String, JobHandle>,
     /// The served jobs, for the HTTP API.
@@ -69,10 +68,13 @@ struct Host {
     members: watch::Receiver<crate::members::View>,
     /// This node's rate of hand-overs to preferred members.
     handoffs: Arc<crate::balance::Limiter>,
-    /// The renewal batcher every elector's term renews through.
-    renewals: crate::renewals::Renewals,
+    /// The heartbeat every elector's term renews through, every follower looks through, and
+    /// every idle runner reads its state through.
+    heartbeat: crate::heartbeat::Heartbeat,
     /// The campaign coalescer every elector campaigns through.
     campaigns: crate::campaigns::Campaigns,
+    /// What every job's task worker shares (fan-out).
+    workers: Arc<crate::workers::Workers>,
 }
 
 /// One served job: its elector (lease runtime) and its runner (main runtime).
@@ -80,8 +82,12 @@ struct JobHandle {
     job: Arc<LoadedJob>,
     role: watch::Receiver<Role>,
     version: watch::Sender<Arc<LoadedJob>>,
+    /// The served version's hash, for the elector's ask.
+    hash: watch::Sender<String>,
     stop_runner: CancellationToken,
     runner: JoinHandle<()>,
+    /// The job's task worker (it works only while the job's version fans out).
+    worker: JoinHandle<()>,
     resign: CancellationToken,
     elector: JoinHandle<()>,
     channel: String,
@@ -128,6 +134,7 @@ impl Host {
                 Some(h) => {
                     info!(job = %name, node = %node, file = %job.path.display(), from = %h.job.hash, to = %job.hash, "job replaced: new runs use the new version; a run in progress finishes with the version it started with");
                     h.job = job.clone();
+                    h.hash.send_replace(job.hash.clone());
                     h.version.send_replace(job);
                 }
                 None => self.start(job),
@@ -175,12 +182,15 @@ impl Host {
         let released = Arc::new(tokio::sync::Notify::new());
         let channel = keys.released_channel();
         let notice = Arc::new(tokio::sync::Notify::new());
+        let work = Arc::new(tokio::sync::Notify::new());
         {
             let mut notices = self.notices.lock().expect("release notices");
             notices.insert(channel.clone(), released.clone());
             notices.insert(keys.notice_channel(), notice.clone());
+            notices.insert(keys.work_channel(), work.clone());
         }
         let (hand_over_tx, hand_over) = watch::channel(0u64);
+        let (hash, hash_rx) = watch::channel(job.hash.clone());
         let elector = Elector {
             job: name.clone(),
             node: node.clone(),
@@ -190,7 +200,8 @@ impl Host {
             replicas: cfg.replicas,
             members: self.members.clone(),
             hand_over,
-            renewals: self.renewals.clone(),
+            version: hash_rx,
+            heartbeat: self.heartbeat.clone(),
             campaigns: self.campaigns.clone(),
         };
         let span = job_span(&name, node);
@@ -202,6 +213,7 @@ impl Host {
             self.leases.handle(),
         );
         let (version, versions) = watch::channel(job.clone());
+        let (versions_for_worker, data_dir_for_worker) = (versions.clone(), data_dir.clone());
         let runner = Runner::new(
             versions,
             RunnerHost {
@@ -209,6 +221,7 @@ impl Host {
                 conn: self.conn.clone(),
                 node: node.clone(),
                 timing: cfg.timing,
+                heartbeat: self.heartbeat.clone(),
             },
             data_dir,
             crate::balance::Balance::new(
@@ -221,6 +234,17 @@ impl Host {
             notice,
         );
         let stop_runner = self.runners.child_token();
+        let worker = self.tasks.spawn(
+            self.workers
+                .clone()
+                .work(
+                    versions_for_worker,
+                    data_dir_for_worker,
+                    work,
+                    stop_runner.clone(),
+                )
+                .instrument(span.clone()),
+        );
         let runner = self
             .tasks
             .spawn(runner.run(role_rx, stop_runner.clone()).instrument(span));
@@ -230,8 +254,10 @@ impl Host {
                 job,
                 role,
                 version,
+                hash,
                 stop_runner,
                 runner,
+                worker,
                 resign,
                 elector,
                 channel,
@@ -263,6 +289,14 @@ impl Host {
                     h.elector.abort();
                 }
             }
+            // The task worker stopped with the runner (same token); its running tasks were
+            // dropped, and their claims lapse to other workers.
+            if tokio::time::timeout(STOP_GRACE, &mut h.worker)
+                .await
+                .is_err()
+            {
+                h.worker.abort();
+            }
             electors.push((h.resign, h.elector, h.job.spec.name.clone(), h.channel));
         }
         for (resign, _, _, _) in &electors {
@@ -276,6 +310,7 @@ impl Host {
             let mut notices = self.notices.lock().expect("release notices");
             notices.remove(&channel);
             notices.remove(&JobKeys::new(&name).notice_channel());
+            notices.remove(&JobKeys::new(&name).work_channel());
         }
     }
 }
@@ -294,7 +329,7 @@ pub async fn run(
     // Run records, checkpoints and guest writes: bounded by the term they belong to (and by one
     // lease TTL per command), not by the Redis timeout: a large write over a slow link may take
     // longer than a renewal may.
-    let conn = redis_conn::connect(
+    let conn = Conn::connect(
         &cfg.redis_url,
         cfg.timing.redis_timeout,
         Some(cfg.timing.lease_ttl),
@@ -329,15 +364,15 @@ pub async fn run(
         let timeout = cfg.timing.redis_timeout;
         leases
             .handle()
-            .spawn(async move { redis_conn::connect(&url, timeout, Some(timeout)).await })
+            .spawn(async move { Conn::connect(&url, timeout, Some(timeout)).await })
             .await??
     };
     let notices = ReleaseNotices::default();
     let tasks = TaskTracker::new();
     let stop_listener = CancellationToken::new();
-    let client = redis::Client::open(cfg.redis_url.as_str())?;
+    let clients = redis_conn::pubsub_clients(&cfg.redis_url)?;
     tasks.spawn_on(
-        crate::elector::listen_for_releases(client, notices.clone(), stop_listener.clone()),
+        crate::elector::listen_for_releases(clients, notices.clone(), stop_listener.clone()),
         leases.handle(),
     );
     // Membership: registered once before any job campaigns (so that preference is known from
@@ -350,12 +385,13 @@ pub async fn run(
             .and_then(|l| l.local_addr().ok())
             .map(|a| a.to_string()),
         since: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        seen: String::new(),
+        tasks: crate::members::WorkerStats {
+            slots: cfg.task_slots,
+            ..Default::default()
+        },
     };
-    let member_timing = (
-        cfg.timing.lease_ttl,
-        cfg.timing.heartbeat,
-        cfg.timing.redis_timeout,
-    );
+    let counters = Arc::new(crate::workers::Counters::new(cfg.task_slots));
     let first_view = match tokio::time::timeout(
         cfg.timing.redis_timeout,
         crate::members::register(
@@ -375,17 +411,26 @@ pub async fn run(
     };
     info!(node = %node, members = ?first_view.members.keys().collect::<Vec<_>>(), capacity = cfg.capacity, "registered in the membership");
     let (members_tx, members) = watch::channel(first_view);
-    let stop_members = CancellationToken::new();
-    let membership = tasks.spawn_on(
-        crate::members::keep_registered(
-            lease_conn.clone(),
-            node.clone(),
-            member,
-            member_timing,
-            members_tx,
-            stop_members.clone(),
-        ),
+    // The heartbeat: membership, renewals, follower looks and idle runners' reads in one round
+    // trip (per Redis node) every heartbeat, on the lease runtime.
+    let stop_heartbeat = CancellationToken::new();
+    let (heartbeat, heartbeat_task) = crate::heartbeat::Heartbeat::start(
         leases.handle(),
+        lease_conn.clone(),
+        cfg.timing,
+        crate::heartbeat::Member {
+            node: node.clone(),
+            info: member,
+            view: members_tx,
+            workers: counters.clone(),
+        },
+        stop_heartbeat.clone(),
+    );
+    // A member joining is announced on the membership's notice channel: read the membership
+    // at once.
+    notices.lock().expect("release notices").insert(
+        crate::members::JOINED_CHANNEL.to_string(),
+        heartbeat.kicker(),
     );
     let (_watcher, mut changes) = jobs_dir::watch(&cfg.jobs_dir);
     let watching = _watcher.is_some();
@@ -416,17 +461,18 @@ pub async fn run(
         });
     }
     let handoffs = Arc::new(crate::balance::Limiter::new(cfg.timing.heartbeat));
-    let stop_renewals = CancellationToken::new();
-    let renewals = crate::renewals::Renewals::start(
-        leases.handle(),
-        lease_conn.clone(),
-        cfg.timing,
-        stop_renewals.clone(),
-    );
+    let workers = Arc::new(crate::workers::Workers {
+        runtime: runtime.clone(),
+        conn: conn.clone(),
+        consumer: format!("{node}:{}", &uuid::Uuid::new_v4().simple().to_string()[..8]),
+        slots: Arc::new(tokio::sync::Semaphore::new(cfg.task_slots as usize)),
+        counters,
+        timing: cfg.timing,
+    });
     let campaigns = crate::campaigns::Campaigns::start(
         leases.handle(),
         lease_conn.clone(),
-        stop_renewals.clone(),
+        stop_heartbeat.clone(),
     );
     let mut host = Host {
         cfg,
@@ -442,8 +488,9 @@ pub async fn run(
         tasks: tasks.clone(),
         handoffs,
         members,
-        renewals,
+        heartbeat,
         campaigns,
+        workers,
     };
     let mut settling = first.settling;
     let nothing_yet = first.jobs.is_empty() && first.compiling.is_empty() && !first.settling;
@@ -494,9 +541,8 @@ pub async fn run(
     host.electors.cancel();
     info!(node = %node, "steps stopped and leases released");
     // Out of the membership last: until its leases are released it is still a member.
-    stop_renewals.cancel();
-    stop_members.cancel();
-    let _ = tokio::time::timeout(host.cfg.timing.redis_timeout * 2, membership).await;
+    stop_heartbeat.cancel();
+    let _ = tokio::time::timeout(host.cfg.timing.redis_timeout * 2, heartbeat_task).await;
     stop_listener.cancel();
     tasks.close();
     if tokio::time::timeout(STOP_GRACE, tasks.wait())

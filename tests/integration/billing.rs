@@ -146,7 +146,16 @@ async fn a_crashed_billing_leader_charges_every_customer_exactly_once() {
             .iter()
             .flat_map(|h| h.log_lines_with("resuming run from its checkpoint"))
             .count();
-        assert_eq!(resumed, 1);
+        // Balancing may also hand the run to the job's preferred member between two steps,
+        // which resumes it the same way.
+        let handed = b
+            .hosts
+            .iter()
+            .flat_map(|h| {
+                h.log_lines_with("handing over to the job's preferred member between steps")
+            })
+            .count();
+        assert_eq!(resumed - handed, 1);
     })
     .await;
 }

@@ -152,7 +152,7 @@ async fn an_evicting_redis_is_refused_unless_allowed() {
 }
 
 #[test]
-fn sentinel_and_unknown_redis_urls_are_refused_by_check_config() {
+fn sentinel_and_unknown_redis_urls_are_refused_and_cluster_urls_accepted_by_check_config() {
     for url in [
         "redis+sentinel://127.0.0.1:26379/mymaster",
         "http://127.0.0.1:6379",
@@ -167,9 +167,30 @@ fn sentinel_and_unknown_redis_urls_are_refused_by_check_config() {
         ]);
         assert_eq!(code, 1, "{url}: {err}");
         assert!(
-            err.contains("redis-url must start with redis://, rediss:// or unix://")
-                && err.contains("Sentinel and Cluster URLs are not supported"),
+            err.contains("is not supported")
+                && err.contains("redis+cluster://")
+                && err.contains("Sentinel is not supported"),
             "{url}: {err}"
         );
     }
+    // A cluster URL without a seed node is refused naming the form; with seeds it passes.
+    let (code, err) = run(&[
+        "run",
+        "--redis-url",
+        "redis+cluster://",
+        "--node-id",
+        "n1",
+        "--check-config",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("names no seed node"), "{err}");
+    let (code, err) = run(&[
+        "run",
+        "--redis-url",
+        "redis+cluster://127.0.0.1:7000,127.0.0.1:7001",
+        "--node-id",
+        "n1",
+        "--check-config",
+    ]);
+    assert_eq!(code, 0, "{err}");
 }

@@ -38,15 +38,14 @@ async fn run_guest(
         .load(&guests().wasm(guest))
         .await
         .expect("the guest loads");
-    let conn = redis::aio::ConnectionManager::new(redis.client())
-        .await
-        .unwrap();
-    let ctx = StepContext {
-        keys: JobKeys::new("probe"),
+    let conn = crate::harness::conn(redis).await;
+    let ctx = StepContext::for_step(
+        JobKeys::new("probe"),
         term,
         conn,
-        data_dir: data.map(|d| d.0.clone()),
-    };
+        data.map(|d| d.0.clone()),
+        period,
+    );
     let run = RunInfo {
         period: period.into(),
         scheduled_at: String::new(),

@@ -8,6 +8,7 @@ use std::time::Duration;
 use leasehold::config::Timing;
 use leasehold::elector::{Elector, Role, listen_for_releases};
 use leasehold::keys::JobKeys;
+use leasehold::redis_conn::Conn;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -24,10 +25,10 @@ async fn one_of_three_leads_and_a_follower_takes_over_with_a_higher_token() {
         let timing = Timing::new(Duration::from_millis(600), Duration::from_millis(150), None, None).unwrap();
         let mut nodes = Vec::new();
         for i in 0..3 {
-            let conn = redis::aio::ConnectionManager::new(redis.client()).await.unwrap();
+            let conn = connect(&redis).await;
             let (role_tx, role_rx) = watch::channel(Role::Candidate);
             let resign = CancellationToken::new();
-            let elector = Elector { job: "recon".into(), node: format!("n{i}"), timing, keys: JobKeys::new("recon"), released: Arc::new(Notify::new()), replicas: None, members: no_members(), hand_over: watch::channel(0).1, renewals: renewals(&conn, timing), campaigns: campaigns(&conn) };
+            let elector = Elector { job: "recon".into(), node: format!("n{i}"), timing, keys: JobKeys::new("recon"), released: Arc::new(Notify::new()), replicas: None, members: no_members(), hand_over: watch::channel(0).1, version: watch::channel(String::new()).1, heartbeat: heartbeat(&conn, timing, &format!("n{i}")), campaigns: campaigns(&conn) };
             let task = tokio::spawn(elector.run(conn, role_tx, resign.clone()));
             nodes.push((task, role_rx, resign));
         }
@@ -83,14 +84,12 @@ async fn a_resigning_leader_hands_over_without_waiting_for_the_ttl() {
         let keys = JobKeys::new("handover");
         let mut nodes = Vec::new();
         for i in 0..2 {
-            let conn = redis::aio::ConnectionManager::new(redis.client())
-                .await
-                .unwrap();
+            let conn = connect(&redis).await;
             let released = Arc::new(Notify::new());
             let stop = CancellationToken::new();
             let channels = HashMap::from([(keys.released_channel(), released.clone())]);
             tokio::spawn(listen_for_releases(
-                redis.client(),
+                vec![redis.client()],
                 std::sync::Arc::new(std::sync::Mutex::new(channels)),
                 stop.clone(),
             ));
@@ -105,7 +104,8 @@ async fn a_resigning_leader_hands_over_without_waiting_for_the_ttl() {
                 replicas: None,
                 members: no_members(),
                 hand_over: watch::channel(0).1,
-                renewals: renewals(&conn, timing),
+                version: watch::channel(String::new()).1,
+                heartbeat: heartbeat(&conn, timing, &format!("n{i}")),
                 campaigns: campaigns(&conn),
             };
             tokio::spawn(elector.run(conn, role_tx, resign.clone()));
@@ -146,21 +146,36 @@ fn no_members() -> watch::Receiver<leasehold::members::View> {
     watch::channel(leasehold::members::View::default()).1
 }
 
-/// A renewal batcher of its own for one elector, on the test's runtime.
-fn renewals(
-    conn: &redis::aio::ConnectionManager,
-    timing: leasehold::config::Timing,
-) -> leasehold::renewals::Renewals {
-    leasehold::renewals::Renewals::start(
+/// A connection to the test's Redis, as a host opens it.
+async fn connect(redis: &RedisServer) -> Conn {
+    Conn::connect(
+        &redis.url(),
+        Duration::from_secs(2),
+        Some(Duration::from_secs(2)),
+    )
+    .await
+    .unwrap()
+}
+
+/// A heartbeat of its own for one elector (node `node`), on the test's runtime.
+fn heartbeat(conn: &Conn, timing: Timing, node: &str) -> leasehold::heartbeat::Heartbeat {
+    leasehold::heartbeat::Heartbeat::start(
         &tokio::runtime::Handle::current(),
         conn.clone(),
         timing,
+        leasehold::heartbeat::Member {
+            node: node.to_string(),
+            info: leasehold::members::MemberInfo::with_capacity(1),
+            view: watch::channel(leasehold::members::View::default()).0,
+            workers: Arc::new(leasehold::workers::Counters::new(0)),
+        },
         CancellationToken::new(),
     )
+    .0
 }
 
 /// A campaign coalescer of its own for one elector, on the test's runtime.
-fn campaigns(conn: &redis::aio::ConnectionManager) -> leasehold::campaigns::Campaigns {
+fn campaigns(conn: &Conn) -> leasehold::campaigns::Campaigns {
     leasehold::campaigns::Campaigns::start(
         &tokio::runtime::Handle::current(),
         conn.clone(),

@@ -12,6 +12,22 @@ pub(crate) use leasehold_harness::{
     output_within, repo_root, wait_for,
 };
 
+/// A connection to `redis` as a host opens one ([`leasehold::redis_conn::Conn`]).
+pub(crate) async fn conn(redis: &RedisServer) -> leasehold::redis_conn::Conn {
+    conn_to(&redis.url()).await
+}
+
+/// A connection to the Redis (or Redis Cluster) `url` names, as a host opens one.
+pub(crate) async fn conn_to(url: &str) -> leasehold::redis_conn::Conn {
+    leasehold::redis_conn::Conn::connect(
+        url,
+        std::time::Duration::from_secs(2),
+        Some(std::time::Duration::from_secs(5)),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("connecting to {url}: {e:#}"))
+}
+
 /// The `leasehold` binary under test.
 pub(crate) const LEASEHOLD: &str = env!("CARGO_BIN_EXE_leasehold");
 

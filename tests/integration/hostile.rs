@@ -160,6 +160,7 @@ async fn hostile_with(mode: &str, end_status: &str, sidecar: Option<&str>) -> Af
             "last",
             "usage",
             "schedule",
+            "runs",
         ]
         .contains(&rest)
             || rest.starts_with("run:")

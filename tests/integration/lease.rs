@@ -276,16 +276,16 @@ async fn pipelined_campaigns_and_renewals_each_answer_for_themselves() {
             ttl,
             ask: ask.map(str::to_string),
         };
+        let mut lc = crate::harness::conn(&redis).await;
         let answers = lease::acquire_many(
-            &mut c,
+            &mut lc,
             &[
                 campaign(&free, None),
                 campaign(&held, Some("n1")),
                 campaign(&broken, None),
             ],
         )
-        .await
-        .unwrap();
+        .await;
         assert!(
             matches!(answers[0], Ok(Acquired::Granted { .. })),
             "{:?}",
@@ -303,9 +303,7 @@ async fn pipelined_campaigns_and_renewals_each_answer_for_themselves() {
         let left: Option<String> = c.get(broken.lease()).await.unwrap();
         assert_eq!(left, None);
         // Renewals: ours renewed, another owner's refused, in one pipeline.
-        let renewed = lease::renew_many(&mut c, [(&free, "n1:a"), (&held, "n1:a")], ttl)
-            .await
-            .unwrap();
+        let renewed = lease::renew_many(&mut lc, [(&free, "n1:a"), (&held, "n1:a")], ttl).await;
         assert!(matches!(renewed[0], Ok(true)), "{:?}", renewed[0]);
         assert!(matches!(renewed[1], Ok(false)), "{:?}", renewed[1]);
     })
@@ -316,9 +314,7 @@ async fn pipelined_campaigns_and_renewals_each_answer_for_themselves() {
 async fn campaigns_sent_at_the_same_moment_are_all_answered() {
     deadline(Duration::from_secs(30), async {
         let redis = RedisServer::start().await;
-        let conn = redis::aio::ConnectionManager::new(redis.client())
-            .await
-            .unwrap();
+        let conn = crate::harness::conn(&redis).await;
         let campaigns = leasehold::campaigns::Campaigns::start(
             &tokio::runtime::Handle::current(),
             conn,

@@ -345,7 +345,7 @@ async fn status_health_metrics_and_logs_describe_a_running_host() {
             ) >= 1.0
         );
         assert_eq!(metric(&m, "leasehold_jobs"), 3.0);
-        for kind in ["renewals", "campaigns", "membership", "job-state"] {
+        for kind in ["heartbeat", "campaigns", "job-state"] {
             assert!(
                 metric(
                     &m,

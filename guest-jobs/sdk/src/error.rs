@@ -2,6 +2,26 @@
 
 use crate::JobError;
 use crate::store::{ReadError, WriteError};
+use crate::tasks::TasksError;
+
+/// How a refused `tasks` call ends a step, as for the store: `fenced`, `not-leader` →
+/// [`JobError::LostLeadership`]; `unavailable` → [`JobError::NotReady`]; `invalid`,
+/// `too-large`, `not-in-a-step` → [`JobError::Failed`] naming the case.
+impl From<TasksError> for JobError {
+    fn from(e: TasksError) -> Self {
+        match e {
+            TasksError::Fenced(_) | TasksError::NotLeader => JobError::LostLeadership,
+            TasksError::Unavailable(why) => JobError::NotReady(format!("tasks unavailable: {why}")),
+            TasksError::Invalid(why) => JobError::Failed(format!("tasks refused: invalid: {why}")),
+            TasksError::TooLarge(max) => JobError::Failed(format!(
+                "tasks refused: too large: a payload is larger than the job's write limit of {max} bytes"
+            )),
+            TasksError::NotInAStep => JobError::Failed(
+                "tasks refused: only a run's steps submit tasks and read their outputs".into(),
+            ),
+        }
+    }
+}
 
 /// What the WIT asks a job to do after each refused write:
 ///

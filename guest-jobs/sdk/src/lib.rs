@@ -1,8 +1,9 @@
 //! The Rust guest SDK for Leasehold jobs.
 //!
 //! A job is a `cdylib` built with `--target wasm32-wasip2` whose component implements the
-//! `leasehold:job/job` world, version 0.3.0 (`wit/job.wit`). This crate generates that world's
-//! bindings once, so a job depends on `leasehold-guest` alone (not on `wit-bindgen`), and adds:
+//! `leasehold:job/job` world, version 0.4.0 (`wit/job.wit`), or the `fan-out-job` world when its
+//! runs hand tasks to every replica ([`fan_out`]). This crate generates both worlds' bindings
+//! once, so a job depends on `leasehold-guest` alone (not on `wit-bindgen`), and adds:
 //!
 //! - [`spec`]: a [`JobSpec`] builder in which everything left unset is the host's default;
 //! - `From<`[`store::WriteError`]`>` and `From<`[`store::ReadError`]`>` for [`JobError`], so
@@ -43,9 +44,13 @@
 //! component's `describe` and `run-step` exports (and the world's type information) in the
 //! job's own crate. A crate calls it once.
 //!
-//! The import functions ([`store`], [`log`], [`Term`]'s methods) exist only in a component run
-//! by the host: in a native build (unit tests) they panic when called. Everything else here is
-//! plain Rust and runs natively.
+//! A job that fans out implements [`fan_out::Guest`] instead (the same `describe` and `run_step`,
+//! and `run_task`) and exports it with `leasehold_guest::export_fan_out!(MyJob)`; its steps call
+//! [`tasks`]. See [`fan_out`].
+//!
+//! The import functions ([`store`], [`log`], [`tasks`], [`Term`]'s methods) exist only in a
+//! component run by the host: in a native build (unit tests) they panic when called.
+//! Everything else here is plain Rust and runs natively.
 
 #![warn(missing_docs)]
 
@@ -69,13 +74,88 @@ pub mod bindings {
     });
 }
 
+/// The generated bindings of the `fan-out-job` world, sharing every interface of `job` with
+/// [`bindings`]. Use [`fan_out`] and [`tasks`] instead.
+#[doc(hidden)]
+#[allow(missing_docs, clippy::all)]
+pub mod fan_out_bindings {
+    wit_bindgen::generate!({
+        world: "fan-out-job",
+        path: "../../wit",
+        pub_export_macro: true,
+        export_macro_name: "export_fan_out",
+        default_bindings_module: "leasehold_guest::fan_out_bindings",
+        with: {
+            "leasehold:job/types@0.4.0": crate::bindings::leasehold::job::types,
+            "leasehold:job/leadership@0.4.0": crate::bindings::leasehold::job::leadership,
+            "leasehold:job/store@0.4.0": crate::bindings::leasehold::job::store,
+            "leasehold:job/log@0.4.0": crate::bindings::leasehold::job::log,
+            "leasehold:job/tasks@0.4.0": generate,
+        },
+        additional_derives: [PartialEq, Eq],
+    });
+}
+
+/// Fan-out: a job whose steps hand tasks to every replica (the `fan-out-job` world).
+///
+/// A step submits tasks ([`tasks::submit`](crate::tasks::submit)) and returns
+/// [`StepOutcome::AwaitTasks`](crate::StepOutcome::AwaitTasks) with its state; the host calls
+/// the next step once every task has finished, and that step reads the outputs
+/// ([`tasks::output`](crate::tasks::output)). Every replica runs the tasks with the job's
+/// [`Guest::run_task`]: a task is a unit of work on its payload that returns an output, with
+/// idempotent writes like a step's.
+///
+/// ```
+/// use leasehold_guest::fan_out::{Guest, Task};
+/// use leasehold_guest::prelude::*;
+/// use leasehold_guest::tasks;
+///
+/// struct Squares;
+///
+/// impl Guest for Squares {
+///     fn describe() -> JobSpec {
+///         spec("squares").build()
+///     }
+///
+///     fn run_step(_term: &Term, _run: RunInfo, step: u32, _state: Option<Vec<u8>>) -> Result<StepOutcome, JobError> {
+///         if step == 0 {
+///             let work: Vec<Task> = (0..4u8)
+///                 .map(|i| Task { id: format!("n-{i}"), payload: vec![i] })
+///                 .collect();
+///             tasks::submit(&work)?;
+///             return Ok(StepOutcome::AwaitTasks(Vec::new()));
+///         }
+///         let mut sum = 0u32;
+///         for i in 0..4u8 {
+///             let out = tasks::output(&format!("n-{i}"))?;
+///             sum += u32::from(out.unwrap_or_default()[0]);
+///         }
+///         leasehold_guest::store::write("sum", sum.to_string().as_bytes())?;
+///         Ok(StepOutcome::Done)
+///     }
+///
+///     fn run_task(_term: &Term, _run: RunInfo, task: Task) -> Result<Vec<u8>, JobError> {
+///         Ok(vec![task.payload[0] * task.payload[0]])
+///     }
+/// }
+///
+/// leasehold_guest::export_fan_out!(Squares);
+/// ```
+pub mod fan_out {
+    pub use crate::fan_out_bindings::Guest;
+    pub use crate::tasks::{Task, TaskProgress, TasksError};
+}
+
 pub use bindings::leasehold::job::{leadership, log, store, types};
 pub use bindings::{Guest, JobError, JobSpec, RunInfo, StepOutcome, Term, export};
 pub use error::WriteResultExt;
+pub use fan_out_bindings::export_fan_out;
+pub use fan_out_bindings::leasehold::job::tasks;
 pub use spec::{DEFAULT_SCHEDULE, DEFAULT_TIME_ZONE, SpecBuilder, spec};
 pub use types::{CatchUp, Limits, Overlap, Policies};
 
-// What `export!` expands to in the job's crate refers to these by the path `leasehold_guest::`.
+// What `export!` expands to in the job's crate refers to these by the path `leasehold_guest::`
+// (and `export_fan_out!` to those of `fan_out_bindings`).
 #[doc(hidden)]
 pub use bindings::{
     __post_return_describe, __post_return_run_step, _export_describe_cabi, _export_run_step_cabi,

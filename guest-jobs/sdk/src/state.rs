@@ -39,8 +39,18 @@ pub fn load<T: DeserializeOwned + Default>(state: Option<Vec<u8>>) -> Result<T, 
 /// with it. A state that cannot be written as JSON (a map with non-string keys, say) is
 /// [`JobError::Failed`].
 pub fn save<T: Serialize + ?Sized>(state: &T) -> Result<StepOutcome, JobError> {
+    to_json(state).map(StepOutcome::Continue)
+}
+
+/// [`StepOutcome::AwaitTasks`] with `state` as JSON (a fan-out job, see [`crate::fan_out`]):
+/// the host saves it and calls the next step with it once every task the run submitted has
+/// finished.
+pub fn await_tasks<T: Serialize + ?Sized>(state: &T) -> Result<StepOutcome, JobError> {
+    to_json(state).map(StepOutcome::AwaitTasks)
+}
+
+fn to_json<T: Serialize + ?Sized>(state: &T) -> Result<Vec<u8>, JobError> {
     serde_json::to_vec(state)
-        .map(StepOutcome::Continue)
         .map_err(|e| JobError::Failed(format!("the state cannot be saved as JSON: {e}")))
 }
 
@@ -60,8 +70,17 @@ mod tests {
     fn bytes(outcome: StepOutcome) -> Vec<u8> {
         match outcome {
             StepOutcome::Continue(b) => b,
-            StepOutcome::Done => panic!("save returned done"),
+            other => panic!("save returned {other:?}"),
         }
+    }
+
+    #[test]
+    fn awaiting_tasks_saves_the_same_state() {
+        let p = Progress::default();
+        assert_eq!(
+            await_tasks(&p).unwrap(),
+            StepOutcome::AwaitTasks(bytes(save(&p).unwrap()))
+        );
     }
 
     #[test]

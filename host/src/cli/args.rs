@@ -225,6 +225,10 @@ pub(crate) struct RunArgs {
     /// for about twice the jobs of one with capacity 1 (1 to 1000).
     #[arg(long, env = "LEASEHOLD_CAPACITY", default_value_t = 1)]
     pub(crate) capacity: u32,
+    /// Tasks of fan-out jobs this replica runs at once, whichever replica leads them (0: it
+    /// runs none) [default: one per CPU].
+    #[arg(long, env = "LEASEHOLD_TASK_SLOTS")]
+    pub(crate) task_slots: Option<u32>,
     /// Validate the configuration, print it and exit without connecting to anything.
     #[arg(long)]
     pub check_config: bool,
@@ -317,6 +321,7 @@ impl RunArgs {
             min_replicas: self.min_replicas,
             replica_timeout: self.replica_timeout,
             capacity: self.capacity,
+            task_slots: self.task_slots,
         }
     }
 }

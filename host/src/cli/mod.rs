@@ -115,6 +115,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         );
         println!(
+            "balancing:   capacity {}, task slots {}",
+            cfg.capacity, cfg.task_slots
+        );
+        println!(
             "replicas:    {}",
             match cfg.replicas {
                 Some(r) => format!(
@@ -225,8 +229,8 @@ fn new_job(lang: args::Lang, name: &str, dir: Option<PathBuf>) -> anyhow::Result
     Ok(())
 }
 
-async fn connect_cli(url: &str) -> anyhow::Result<redis::aio::ConnectionManager> {
-    redis_conn::connect(url, Duration::from_secs(2), Some(Duration::from_secs(5))).await
+async fn connect_cli(url: &str) -> anyhow::Result<redis_conn::Conn> {
+    redis_conn::Conn::connect(url, Duration::from_secs(2), Some(Duration::from_secs(5))).await
 }
 
 async fn trigger(args: TriggerArgs) -> anyhow::Result<()> {

@@ -78,6 +78,8 @@ pub enum Setting {
     Capacity,
     /// `--redis-url`.
     RedisUrl,
+    /// `--task-slots`.
+    TaskSlots,
 }
 
 impl Setting {
@@ -104,6 +106,7 @@ impl Setting {
             Setting::ReplicaTimeout => "replica-timeout",
             Setting::Capacity => "capacity",
             Setting::RedisUrl => "redis-url",
+            Setting::TaskSlots => "task-slots",
         }
     }
 }
@@ -318,6 +321,8 @@ pub struct RawConfig {
     pub replica_timeout: Option<Duration>,
     /// Weight for leadership balancing (1 to 1000).
     pub capacity: u32,
+    /// Tasks of fan-out jobs this host runs at once (0: none; default: one per CPU).
+    pub task_slots: Option<u32>,
 }
 
 /// Everything `leasehold run` is configured with, validated.
@@ -348,6 +353,8 @@ pub struct NodeConfig {
     pub replicas: Option<Replicas>,
     /// Weight for leadership balancing ([`crate::members`]).
     pub capacity: u32,
+    /// Tasks of fan-out jobs this host runs at once ([`crate::workers`]); 0: it runs none.
+    pub task_slots: u32,
 }
 
 impl NodeConfig {
@@ -355,15 +362,10 @@ impl NodeConfig {
     /// reported together.
     pub fn from_raw(raw: RawConfig) -> Result<Self, ConfigError> {
         let mut bad = Vec::new();
-        let scheme = raw.redis_url.split("://").next().unwrap_or("");
-        if !["redis", "rediss", "unix", "redis+unix"].contains(&scheme)
-            || !raw.redis_url.contains("://")
-        {
+        if let Err(why) = crate::redis_conn::target(&raw.redis_url) {
             bad.push(Violation::new(
                 Setting::RedisUrl,
-                format!(
-                    "redis-url must start with redis://, rediss:// or unix:// (redis-url scheme {scheme:?}); Sentinel and Cluster URLs are not supported"
-                ),
+                format!("redis-url: {why}"),
             ));
         }
         let node_id = raw.node_id.clone().unwrap_or_else(hostname);
@@ -417,6 +419,15 @@ impl NodeConfig {
                 format!("capacity ({}) must be between 1 and 1000", raw.capacity),
             ));
         }
+        let task_slots = raw
+            .task_slots
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32));
+        if task_slots > 1024 {
+            bad.push(Violation::new(
+                Setting::TaskSlots,
+                format!("task-slots ({task_slots}) must be at most 1024"),
+            ));
+        }
         let (Some(timing), true) = (timing, bad.is_empty()) else {
             return Err(ConfigError { violations: bad });
         };
@@ -436,6 +447,7 @@ impl NodeConfig {
                 timeout: raw.replica_timeout.unwrap_or(timing.redis_timeout),
             }),
             capacity: raw.capacity,
+            task_slots,
         })
     }
 }

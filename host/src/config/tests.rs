@@ -31,6 +31,7 @@ fn raw() -> RawConfig {
         min_replicas: 0,
         replica_timeout: None,
         capacity: 1,
+        task_slots: None,
     }
 }
 

@@ -10,13 +10,13 @@
 //! with a 4xx status naming the problem (bad job name, unknown job, bad body or period), or 503
 //! when Redis cannot be reached. `GET` endpoints never change state.
 
+use crate::redis_conn::Conn;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use redis::aio::ConnectionManager;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::watch;
@@ -36,7 +36,7 @@ pub(crate) struct Api {
     /// This node's id.
     pub node: String,
     /// Redis, with the host's timeouts.
-    pub conn: ConnectionManager,
+    pub conn: Conn,
     /// The jobs served (kept current by [`crate::node`]).
     pub jobs: watch::Receiver<Catalog>,
     /// Bearer token required by `POST` endpoints, if set.

@@ -34,8 +34,7 @@ impl Runner {
         let state = self
             .in_term(term, runs::state(&mut conn, &self.keys))
             .await?;
-        self.paused
-            .store(state.paused.is_some(), std::sync::atomic::Ordering::Relaxed);
+        self.note(&state);
         if state.paused.is_some() {
             return Ok(Vec::new());
         }
@@ -143,8 +142,10 @@ impl Runner {
             .collect();
         sets.push((self.keys.cursor(), cursor_value.as_bytes()));
         // Records, the periods made pending in the open index, and the cursor: all or nothing.
+        let indexed: Vec<String> = records.iter().map(|r| r.period.clone()).collect();
         let book = Bookkeeping {
             open_add: &pending,
+            runs_add: &indexed,
             ..Bookkeeping::default()
         };
         self.fenced(term, TermWrite::new(&sets, &[]).with(book))

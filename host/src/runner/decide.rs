@@ -115,7 +115,10 @@ pub(crate) enum AfterFailure {
 pub(crate) fn after_failure(policies: &Policies, attempt: u32, kind: FailureKind) -> AfterFailure {
     let retryable = !matches!(
         kind,
-        FailureKind::VersionChanged | FailureKind::RunTimeout | FailureKind::QuotaExceeded
+        FailureKind::VersionChanged
+            | FailureKind::RunTimeout
+            | FailureKind::QuotaExceeded
+            | FailureKind::TaskFailed
     );
     if retryable && attempt < policies.retry_attempts {
         AfterFailure::Retry {
@@ -142,6 +145,7 @@ pub(crate) fn outcome_word(outcome: &Result<StepOutcome, StepError>) -> &'static
     match outcome {
         Ok(StepOutcome::Continue(_)) => "continue",
         Ok(StepOutcome::Done) => "done",
+        Ok(StepOutcome::AwaitTasks(_)) => "await-tasks",
         Err(StepError::Failed(_)) => "failed",
         Err(StepError::NotReady(_)) => "not-ready",
         Err(StepError::LostLeadership(_)) => "lost-leadership",

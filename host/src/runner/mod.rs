@@ -37,17 +37,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use redis::aio::ConnectionManager;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument as _, error_span, info, warn};
 
-use crate::balance::Balance;
+use crate::balance::{Ask, Balance};
 use crate::config::Timing;
 use crate::elector::Role;
 use crate::fence::{self, Bookkeeping, TermWrite, TermWriteError};
+use crate::heartbeat::Heartbeat;
 use crate::keys::JobKeys;
-use crate::runs::{self, Request};
+use crate::redis_conn::Conn;
+use crate::runs::{self, JobState, Request};
 use crate::runtime::{LoadedJob, Runtime};
 use crate::spec::Period;
 use crate::term::Term;
@@ -74,10 +75,15 @@ pub(crate) struct Runner {
     /// Versions seen since start, oldest first (at most [`VERSIONS_KEPT`]).
     known: Vec<Arc<LoadedJob>>,
     runtime: Runtime,
-    conn: ConnectionManager,
+    conn: Conn,
     node: String,
     timing: Timing,
     data_dir: Option<PathBuf>,
+    /// Reads the job's state in the host's heartbeat (an idle runner's safety poll, and every
+    /// heartbeat during a run), instead of a round trip of its own.
+    heartbeat: Heartbeat,
+    /// The member that asks for the job, as last read.
+    wanted: std::sync::Mutex<Option<Ask>>,
     keys: JobKeys,
     /// The pause flag as last read (every round, and at each fire time or heartbeat during a
     /// run): checked before each step without a round trip of its own.
@@ -95,11 +101,13 @@ pub(crate) struct RunnerHost {
     /// The WebAssembly runtime.
     pub runtime: Runtime,
     /// Redis, for run records, checkpoints and guest writes.
-    pub conn: ConnectionManager,
+    pub conn: Conn,
     /// This node's id.
     pub node: String,
     /// Lease timings (the heartbeat paces the runner).
     pub timing: Timing,
+    /// The host's heartbeat, through which runners read their state periodically.
+    pub heartbeat: Heartbeat,
 }
 
 /// How a period's run ended on this node.
@@ -112,6 +120,9 @@ enum RunEnd {
     Paused,
     /// The term ended; stop leading.
     Lost,
+    /// The run was handed to the job's preferred member between two steps: the term ends and
+    /// the new leader resumes the run from its checkpoint.
+    HandedOver,
     /// A Redis error interrupted the run; it resumes from its last checkpoint.
     Interrupted(String),
     /// The run record is unreadable; the period is skipped (logged as an error).
@@ -122,7 +133,7 @@ impl RunEnd {
     fn why(&self) -> String {
         match self {
             RunEnd::Interrupted(w) => w.clone(),
-            RunEnd::Lost => "the term ended".into(),
+            RunEnd::Lost | RunEnd::HandedOver => "the term ended".into(),
             _ => String::new(),
         }
     }
@@ -144,6 +155,7 @@ impl Runner {
             conn,
             node,
             timing,
+            heartbeat,
         } = host;
         let job = versions.borrow_and_update().clone();
         Runner {
@@ -159,6 +171,8 @@ impl Runner {
             paused: AtomicBool::new(false),
             balance,
             notice,
+            heartbeat,
+            wanted: std::sync::Mutex::new(None),
         }
     }
 
@@ -213,30 +227,50 @@ impl Runner {
         not_before: &mut HashMap<String, Instant>,
     ) {
         let poll = self.timing.heartbeat;
+        // Counted while this term lasts: the host's hand-over rate is a share of its terms.
+        let _leading = self.balance.limiter.leading();
         let mut paused_logged = false;
         let mut published = None;
+        // The state the heartbeat read for an idle runner, if that is what woke it.
+        let mut polled: Option<JobState> = None;
+        // Whether this term built the run index (once per job, for records written before it).
+        let mut indexed = false;
         while term.still_leader() {
             self.refresh();
             if let Err(RunEnd::Lost) = self.publish_schedule(term, &mut published).await {
                 return;
             }
-            let mut conn = self.conn.clone();
-            let state = match self.in_term(term, runs::state(&mut conn, &self.keys)).await {
-                Ok(s) => s,
-                Err(RunEnd::Lost) => return,
-                Err(e) => {
-                    warn!("cannot read the job's state: {}", e.why());
-                    self.pause_for(term, ERROR_RETRY).await;
-                    continue;
+            let state = match polled.take() {
+                Some(s) => s,
+                None => {
+                    let mut conn = self.conn.clone();
+                    match self.in_term(term, runs::state(&mut conn, &self.keys)).await {
+                        Ok(s) => s,
+                        Err(RunEnd::Lost) => return,
+                        Err(e) => {
+                            warn!("cannot read the job's state: {}", e.why());
+                            self.pause_for(term, ERROR_RETRY).await;
+                            continue;
+                        }
+                    }
                 }
             };
-            self.paused.store(state.paused.is_some(), Ordering::Relaxed);
+            self.note(&state);
+            if !state.indexed && !indexed {
+                match self.index_runs(term).await {
+                    Ok(()) => indexed = true,
+                    Err(RunEnd::Lost) => return,
+                    Err(e) => warn!("cannot index the job's run records: {}", e.why()),
+                }
+            }
             if let Some(why) = &state.paused {
                 if !paused_logged {
                     info!(paused = %why, "job paused: no step starts until it is resumed; periods that fire meanwhile are handled by the catch-up policy on resume");
                     paused_logged = true;
                 }
-                self.idle_for(term, self.safety_poll()).await;
+                polled = self
+                    .idle_for(term, self.safety_poll(), self.safety_poll())
+                    .await;
                 continue;
             }
             if paused_logged {
@@ -257,9 +291,10 @@ impl Runner {
             let Some(id) = next else {
                 // Between runs: the moment to hand the job to its preferred member, if it has
                 // one. The elector ends the term and releases the lease at once.
+                let wanted = self.wanted();
                 if let Some(to) =
                     self.balance
-                        .hand_over_to(self.keys.job(), state.wanted.as_deref(), now)
+                        .hand_over_to(self.keys.job(), wanted.as_ref(), None, now)
                 {
                     info!(to = %to, "handing over to the job's preferred member between runs");
                     self.balance.ask(term.token());
@@ -269,18 +304,19 @@ impl Runner {
                 // Nothing due: wait for the next fire time, a request, a retry, or the term's end.
                 // A member asks for the job but may not hand-over yet (not settled, the rate,
                 // the back-off): look again next heartbeat rather than at the safety poll.
-                let safety = if state.wanted.as_deref().is_some_and(|w| w != self.node) {
+                let safety = if wanted.is_some_and(|w| w.node != self.node) {
                     poll
                 } else {
                     self.safety_poll()
                 };
-                let until_fire = self.until_next_fire(safety);
+                let until_fire = self.until_next_fire(self.safety_poll());
                 let until_retry = not_before
                     .values()
                     .map(|t| t.saturating_duration_since(now))
                     .min()
-                    .unwrap_or(safety);
-                self.idle_for(term, until_fire.min(until_retry).min(safety))
+                    .unwrap_or(until_fire);
+                polled = self
+                    .idle_for(term, until_fire.min(until_retry), safety)
                     .await;
                 continue;
             };
@@ -289,14 +325,24 @@ impl Runner {
                 continue;
             };
             // Periods keep being accounted for at their fire times while the run goes on, so
-            // the overlap and catch-up policies see them on time.
+            // the overlap and catch-up policies see them on time; every heartbeat the
+            // heartbeat reads the job's state (pause, a member's ask) for the run.
             let end = {
                 let run = self.run_period(term, &period, request.as_ref());
                 tokio::pin!(run);
                 loop {
+                    let read = self.heartbeat.poll(&self.keys, Instant::now());
                     tokio::select! {
                         end = &mut run => break end,
-                        _ = tokio::time::sleep(self.until_next_fire(poll)) => {
+                        Ok(Ok(state)) = read => {
+                            self.note(&state);
+                            if state.paused.is_none()
+                                && let Err(e) = self.account(term, &state).await
+                            {
+                                warn!("cannot account for fired periods during a run: {}", e.why());
+                            }
+                        }
+                        _ = tokio::time::sleep(self.until_next_fire(self.safety_poll())) => {
                             if let Err(e) = self.account_now(term).await {
                                 warn!("cannot account for fired periods during a run: {}", e.why());
                             }
@@ -326,12 +372,28 @@ impl Runner {
                 }
                 RunEnd::Paused => {}
                 RunEnd::Lost => return,
+                RunEnd::HandedOver => {
+                    let _ = tokio::time::timeout(poll * 2, term.ended()).await;
+                    return;
+                }
                 RunEnd::Interrupted(why) => {
                     warn!(period = %period.id, "run interrupted, resuming from its checkpoint: {why}");
                     not_before.insert(period.id.clone(), Instant::now() + ERROR_RETRY);
                 }
             }
         }
+    }
+
+    /// Takes note of what a state read says for the steps to come: the pause flag and the
+    /// member asking for the job.
+    pub(super) fn note(&self, state: &JobState) {
+        self.paused.store(state.paused.is_some(), Ordering::Relaxed);
+        *self.wanted.lock().expect("wanted") = state.wanted.as_deref().map(Ask::decode);
+    }
+
+    /// The member that asks for the job, as last read.
+    pub(super) fn wanted(&self) -> Option<Ask> {
+        self.wanted.lock().expect("wanted").clone()
     }
 
     /// Publishes the schedule this term runs (`lh:{job}:schedule`, a fenced write) unless
@@ -362,6 +424,33 @@ impl Runner {
                 Ok(())
             }
         }
+    }
+
+    /// Adds every run record of the job to its run index (`lh:{job}:runs`), with the marker that
+    /// says it is built, in fenced writes of `term`: once per job, for records written before
+    /// the index existed (every record written since is indexed with its write).
+    async fn index_runs(&self, term: &Term) -> Result<(), RunEnd> {
+        let mut conn = self.conn.clone();
+        let mut periods = self
+            .in_term(term, runs::unindexed(&mut conn, &self.keys))
+            .await?;
+        if !periods.is_empty() {
+            info!(
+                records = periods.len(),
+                "indexing the job's run records written before the run index"
+            );
+        }
+        // The marker goes with the last chunk: a crash before it means indexing again.
+        periods.push(runs::INDEXED.to_string());
+        for chunk in periods.chunks(1000) {
+            let book = Bookkeeping {
+                runs_add: chunk,
+                ..Bookkeeping::default()
+            };
+            self.fenced(term, TermWrite::new(&[], &[]).with(book))
+                .await?;
+        }
+        Ok(())
     }
 
     /// Takes `period` out of the open index and clears `request` (if it is still the one
@@ -419,12 +508,16 @@ impl Runner {
         self.timing.heartbeat * SAFETY_POLL_HEARTBEATS
     }
 
-    /// Waits `d`, until the job's next notice, or until the term ends.
-    async fn idle_for(&self, term: &Term, d: Duration) {
+    /// Waits `d`, until the job's next notice, or until the term ends; and at the first
+    /// heartbeat `safety` from now, the heartbeat reads the job's state, which wakes the
+    /// runner with it (its safety poll, for a lost notice, at no round trip of its own).
+    async fn idle_for(&self, term: &Term, d: Duration, safety: Duration) -> Option<JobState> {
+        let read = self.heartbeat.poll(&self.keys, Instant::now() + safety);
         tokio::select! {
-            _ = tokio::time::sleep(d) => {}
-            _ = self.notice.notified() => {}
-            _ = term.ended() => {}
+            _ = tokio::time::sleep(d) => None,
+            _ = self.notice.notified() => None,
+            _ = term.ended() => None,
+            r = read => r.ok().and_then(Result::ok),
         }
     }
 

@@ -12,7 +12,7 @@ use super::{NOT_READY_RETRY, RunEnd, Runner, now_rfc3339};
 use crate::config::show;
 use crate::fence::{Bookkeeping, TermWrite};
 use crate::runs::{self, FailureKind, RecordError, Request, RunRecord, RunStatus};
-use crate::runtime::{LoadedJob, RunInfo, StepContext, StepError, StepOutcome};
+use crate::runtime::{LoadedJob, RunInfo, StepContext, StepError, StepOutcome, Work};
 use crate::spec::Period;
 use crate::term::Term;
 
@@ -120,6 +120,13 @@ impl Runner {
             scheduled_at: record.scheduled_at.clone(),
             attempt: record.attempt,
         };
+        // A run that waits for its tasks (this term's, or a predecessor's it takes over) waits
+        // before its next step.
+        if record.awaiting_tasks
+            && let Err(end) = self.await_tasks(term, version, &mut record).await
+        {
+            return end;
+        }
         loop {
             if !term.still_leader() {
                 return RunEnd::Lost;
@@ -145,6 +152,11 @@ impl Runner {
                 term: term.clone(),
                 conn: self.conn.clone(),
                 data_dir: self.data_dir.clone(),
+                work: Work::Step(crate::tasks::RunOf {
+                    period: period.id.clone(),
+                    scheduled_at: record.scheduled_at.clone(),
+                    component: version.hash.clone(),
+                }),
             };
             let started = Instant::now();
             let outcome = self
@@ -154,7 +166,7 @@ impl Runner {
             let took = started.elapsed();
             crate::metrics::get().step(&self.job.spec.name, decide::outcome_word(&outcome), took);
             match outcome {
-                Ok(StepOutcome::Continue(next))
+                Ok(StepOutcome::Continue(next) | StepOutcome::AwaitTasks(next))
                     if next.len() as u64 > version.spec.limits.write_bytes =>
                 {
                     let why = format!(
@@ -175,6 +187,32 @@ impl Runner {
                     // Logged once the checkpoint is saved: a step that is "done" is never redone.
                     info!(period = %period.id, step = record.step - 1, took_ms = format!("{:.1}", took.as_secs_f64() * 1e3), "step done");
                     state = Some(next);
+                    // Between two steps: the job may go to its preferred member, which resumes
+                    // the run from this checkpoint (only if it has this run's version).
+                    let wanted = self.wanted();
+                    if let Some(to) = self.balance.hand_over_to(
+                        keys.job(),
+                        wanted.as_ref(),
+                        Some(&version.hash),
+                        Instant::now(),
+                    ) {
+                        info!(period = %period.id, step = record.step, to = %to, "handing over to the job's preferred member between steps; it resumes the run from this checkpoint");
+                        self.balance.ask(token);
+                        return RunEnd::HandedOver;
+                    }
+                }
+                Ok(StepOutcome::AwaitTasks(next)) => {
+                    record.step += 1;
+                    record.awaiting_tasks = true;
+                    record.status = RunStatus::Waiting;
+                    if let Err(end) = self.save(term, version, &mut record, Some(&next)).await {
+                        return end;
+                    }
+                    info!(period = %period.id, step = record.step - 1, took_ms = format!("{:.1}", took.as_secs_f64() * 1e3), "step done; waiting for the run's tasks");
+                    state = Some(next);
+                    if let Err(end) = self.await_tasks(term, version, &mut record).await {
+                        return end;
+                    }
                 }
                 Ok(StepOutcome::Done) => {
                     record.step += 1;
@@ -292,8 +330,13 @@ impl Runner {
         if let Some(c) = checkpoint {
             sets.push((keys.checkpoint(&record.period), c));
         }
+        // A finished run's checkpoint and its tasks (records, payloads, outputs) go with it.
         let deletes = if record.status.is_final() {
-            vec![keys.checkpoint(&record.period)]
+            vec![
+                keys.checkpoint(&record.period),
+                keys.task_runs(&record.period),
+                keys.task_data(&record.period),
+            ]
         } else {
             vec![]
         };
@@ -305,16 +348,79 @@ impl Runner {
         let book = if record.status.is_final() {
             Bookkeeping {
                 open_remove: &period,
+                runs_add: &period,
                 ..Bookkeeping::default()
             }
         } else {
             Bookkeeping {
                 open_add: &period,
+                runs_add: &period,
                 ..Bookkeeping::default()
             }
         };
         self.fenced(term, TermWrite::new(&sets, &deletes).with(book))
             .await
+    }
+
+    /// Waits until every task of the run has finished (`await-tasks`), first taking over, as
+    /// this term, the tasks an earlier term submitted and that have not finished (they run again
+    /// under this term; their earlier attempts' results are refused). A task that failed on
+    /// every attempt fails the run with its message; otherwise the run goes on with its next
+    /// step.
+    async fn await_tasks(
+        &self,
+        term: &Term,
+        version: &LoadedJob,
+        record: &mut RunRecord,
+    ) -> Result<(), RunEnd> {
+        let keys = &self.keys;
+        let period = record.period.clone();
+        let mut conn = self.conn.clone();
+        let adopt = crate::tasks::adopt(&mut conn, keys, (term.owner(), term.token()), &period);
+        match term.bound(adopt).await {
+            None => return Err(RunEnd::Lost),
+            Some(Ok(0)) => {}
+            Some(Ok(n)) => {
+                info!(period = %period, tasks = n, "took over the run's unfinished tasks: they run again under this term")
+            }
+            Some(Err(crate::fence::FenceError::Refused(r))) => {
+                warn!(period = %period, "taking over the run's tasks was refused: {r}; stepping down");
+                term.end();
+                return Err(RunEnd::Lost);
+            }
+            Some(Err(e)) => return Err(RunEnd::Interrupted(e.to_string())),
+        }
+        let progress = loop {
+            let progress = self
+                .in_term(term, crate::tasks::progress(&mut conn, keys, &period))
+                .await?;
+            if progress.done() {
+                break progress;
+            }
+            tokio::select! {
+                _ = self.notice.notified() => {}
+                _ = tokio::time::sleep(self.timing.heartbeat) => {}
+                _ = term.ended() => return Err(RunEnd::Lost),
+            }
+        };
+        if progress.failed > 0 {
+            let failed = self
+                .in_term(term, crate::tasks::first_failure(&mut conn, keys, &period))
+                .await?;
+            let why = match failed {
+                Some((id, attempts, error)) => {
+                    format!("task {id} failed on all of its {attempts} attempts: {error}")
+                }
+                None => format!("{} of the run's tasks failed", progress.failed),
+            };
+            return Err(self
+                .fail(term, version, record, FailureKind::TaskFailed, why)
+                .await);
+        }
+        info!(period = %period, tasks = progress.submitted, "the run's tasks have finished");
+        record.awaiting_tasks = false;
+        record.status = RunStatus::Running;
+        self.save(term, version, record, None).await
     }
 
     /// An unreadable record of `period` is moved aside to `lh:{job}:corrupt:<period>` (kept
@@ -340,6 +446,7 @@ impl Runner {
         let open_remove = [period.to_string()];
         let book = Bookkeeping {
             open_remove: &open_remove,
+            runs_add: &open_remove,
             ..Bookkeeping::default()
         };
         match self

@@ -28,7 +28,7 @@ pub use requests::{
     validate_period_shape,
 };
 use serde::{Deserialize, Serialize};
-pub use state::{JobState, set_paused, state};
+pub use state::{JobState, STATE_CMDS, set_paused, state, state_cmds, state_from};
 
 use crate::keys::JobKeys;
 
@@ -122,6 +122,9 @@ pub enum FailureKind {
     VersionChanged,
     /// The run took longer than the job's maximum run time.
     RunTimeout,
+    /// A task of the run failed on every attempt (fan-out); its retries are the task's own,
+    /// so the run is not retried.
+    TaskFailed,
 }
 
 /// The record of one period's run.
@@ -162,6 +165,9 @@ pub struct RunRecord {
     /// The failed attempts before this one (the newest 20).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attempts: Vec<FailedAttempt>,
+    /// The run waits for the tasks it submitted before its next step (`await-tasks`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub awaiting_tasks: bool,
 }
 
 impl RunRecord {
@@ -183,6 +189,7 @@ impl RunRecord {
             failure: None,
             retry_at: None,
             attempts: Vec::new(),
+            awaiting_tasks: false,
         }
     }
 }
@@ -228,45 +235,81 @@ pub async fn read_checkpoint<C: ConnectionLike>(
         .await
 }
 
-/// Every run record of the job, newest period first (a `SCAN` of the job's run keys and of the
-/// corrupt records kept aside). A record that does not parse is listed as
-/// [`RunStatus::Corrupt`] with its size, never an error: one bad record must not hide the
-/// others.
+/// The member of the run index that says it was built (records written before the index
+/// existed were indexed); never a period (periods start with a digit).
+pub const INDEXED: &str = ".indexed";
+
+/// Every run record of the job, newest period first, from the job's run index
+/// (`lh:{job}:runs`) and the records and corrupt records kept aside it names. A record that
+/// does not parse is listed as [`RunStatus::Corrupt`] with its size, never an error: one bad
+/// record must not hide the others.
 pub async fn history<C: ConnectionLike + Send + Sync>(
     conn: &mut C,
     keys: &JobKeys,
     limit: usize,
 ) -> Result<Vec<RunRecord>, RecordError> {
-    let mut names: Vec<(String, String)> = Vec::new();
+    // Periods sort as text in time order (`YYYY-MM-DD…`): newest first by lexical range.
+    let periods: Vec<String> = redis::cmd("ZREVRANGEBYLEX")
+        .arg(keys.runs())
+        .arg("+")
+        .arg("-")
+        .arg("LIMIT")
+        .arg(0)
+        .arg(limit + 1)
+        .query_async(conn)
+        .await?;
+    let periods: Vec<String> = periods
+        .into_iter()
+        .filter(|p| p != INDEXED)
+        .take(limit)
+        .collect();
+    let mut out = Vec::with_capacity(periods.len());
+    for chunk in periods.chunks(250) {
+        let names: Vec<String> = chunk
+            .iter()
+            .flat_map(|p| [keys.run(p), keys.corrupt(p)])
+            .collect();
+        let raws: Vec<Option<Vec<u8>>> = redis::cmd("MGET").arg(&names).query_async(conn).await?;
+        for (period, pair) in chunk.iter().zip(raws.chunks(2)) {
+            let (run, corrupt) = (&pair[0], &pair[1]);
+            if let Some(raw) = run {
+                out.push(match serde_json::from_slice::<RunRecord>(raw) {
+                    Ok(r) => r,
+                    Err(e) => corrupt_entry(period, &keys.run(period), raw.len(), &e.to_string()),
+                });
+            }
+            if let Some(raw) = corrupt {
+                out.push(corrupt_entry(
+                    period,
+                    &keys.corrupt(period),
+                    raw.len(),
+                    "moved aside by a leader",
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Periods of every run record and corrupt record of the job, found by `SCAN` on the node of
+/// the job's slot: what a leader adds to the run index once, for records written before the
+/// index existed.
+pub async fn unindexed(
+    conn: &mut crate::redis_conn::Conn,
+    keys: &JobKeys,
+) -> redis::RedisResult<Vec<String>> {
+    let mut periods = Vec::new();
     for (pattern, prefix) in [
         (keys.run_pattern(), keys.run("")),
         (keys.corrupt_pattern(), keys.corrupt("")),
     ] {
-        for name in scan(conn, &pattern).await? {
-            let period = name[prefix.len()..].to_string();
-            names.push((period, name));
+        for name in conn.scan_slot(&keys.lease(), &pattern).await? {
+            periods.push(name[prefix.len()..].to_string());
         }
     }
-    names.sort();
-    names.dedup();
-    names.reverse();
-    names.truncate(limit);
-    let mut out = Vec::with_capacity(names.len());
-    for chunk in names.chunks(500) {
-        let keys: Vec<&String> = chunk.iter().map(|(_, k)| k).collect();
-        let raws: Vec<Option<Vec<u8>>> = redis::cmd("MGET").arg(&keys).query_async(conn).await?;
-        for ((period, name), raw) in chunk.iter().zip(raws) {
-            let Some(raw) = raw else { continue };
-            let parsed =
-                (!name.contains(":corrupt:")).then(|| serde_json::from_slice::<RunRecord>(&raw));
-            out.push(match parsed {
-                Some(Ok(r)) => r,
-                Some(Err(e)) => corrupt_entry(period, name, raw.len(), &e.to_string()),
-                None => corrupt_entry(period, name, raw.len(), "moved aside by a leader"),
-            });
-        }
-    }
-    Ok(out)
+    periods.sort();
+    periods.dedup();
+    Ok(periods)
 }
 
 /// The history's entry for an unreadable record of `period` at `key`.
@@ -289,29 +332,6 @@ fn corrupt_entry(period: &str, key: &str, size: usize, why: &str) -> RunRecord {
         failure: None,
         retry_at: None,
         attempts: Vec::new(),
-    }
-}
-
-/// Every key matching `pattern` (`SCAN`).
-async fn scan<C: ConnectionLike + Send + Sync>(
-    conn: &mut C,
-    pattern: &str,
-) -> redis::RedisResult<Vec<String>> {
-    let mut names = Vec::new();
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(conn)
-            .await?;
-        names.extend(batch);
-        if next == 0 {
-            return Ok(names);
-        }
-        cursor = next;
+        awaiting_tasks: false,
     }
 }

@@ -20,25 +20,61 @@ pub struct JobState {
     /// The start instant of the newest period accounted for (RFC 3339; older versions wrote a
     /// wall-clock time).
     pub cursor: Option<String>,
-    /// The member that asks for the job (its preferred member, following it), if one does.
+    /// The member that asks for the job (its preferred member, following it), if one does:
+    /// its node id and the version it serves (see [`crate::balance`]).
     pub wanted: Option<String>,
+    /// Whether the job's run index exists (records written before it existed are indexed once
+    /// by a leader).
+    pub indexed: bool,
 }
 
-/// Reads the job's [`JobState`] in one round trip.
+/// Reads the job's [`JobState`] in one round trip (one pipeline of the job's keys).
 pub async fn state<C: ConnectionLike + Send + Sync>(
     conn: &mut C,
     keys: &JobKeys,
 ) -> redis::RedisResult<JobState> {
     crate::metrics::get().round_trip("job-state");
-    let (requested, open, paused, cursor, wanted): (BTreeMap<String, String>, _, _, _, _) =
-        redis::pipe()
-            .hgetall(keys.requests())
-            .smembers(keys.open_runs())
-            .get(keys.paused())
-            .get(keys.cursor())
-            .get(keys.wanted())
-            .query_async(conn)
-            .await?;
+    let mut pipe = redis::pipe();
+    for c in state_cmds(keys) {
+        pipe.add_command(c);
+    }
+    let replies: Vec<redis::Value> = pipe.query_async(conn).await?;
+    state_from(replies.into_iter().map(Ok).collect())
+}
+
+/// The commands that read a job's [`JobState`] (all of the job's slot), for a pipeline or a
+/// [`crate::redis_conn::Batch`]; their replies, in order, read with [`state_from`].
+pub fn state_cmds(keys: &JobKeys) -> [redis::Cmd; STATE_CMDS] {
+    [
+        redis::cmd("HGETALL").arg(keys.requests()).clone(),
+        redis::cmd("SMEMBERS").arg(keys.open_runs()).clone(),
+        redis::cmd("GET").arg(keys.paused()).clone(),
+        redis::cmd("GET").arg(keys.cursor()).clone(),
+        redis::cmd("GET").arg(keys.wanted()).clone(),
+        redis::cmd("EXISTS").arg(keys.runs()).clone(),
+    ]
+}
+
+/// How many commands [`state_cmds`] makes.
+pub const STATE_CMDS: usize = 6;
+
+/// The [`JobState`] from the replies to [`state_cmds`], in order.
+pub fn state_from(replies: Vec<redis::RedisResult<redis::Value>>) -> redis::RedisResult<JobState> {
+    let mut it = replies.into_iter();
+    let mut next = || {
+        it.next().unwrap_or_else(|| {
+            Err(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "missing reply",
+            )))
+        })
+    };
+    let requested: BTreeMap<String, String> = redis::from_redis_value(next()?)?;
+    let open: Vec<String> = redis::from_redis_value(next()?)?;
+    let paused: Option<String> = redis::from_redis_value(next()?)?;
+    let cursor: Option<String> = redis::from_redis_value(next()?)?;
+    let wanted: Option<String> = redis::from_redis_value(next()?)?;
+    let indexed: bool = redis::from_redis_value(next()?)?;
     Ok(JobState {
         requested: requested
             .into_iter()
@@ -48,6 +84,7 @@ pub async fn state<C: ConnectionLike + Send + Sync>(
         paused,
         cursor,
         wanted,
+        indexed,
     })
 }
 

@@ -8,7 +8,7 @@ use std::time::Instant;
 use wasmtime::component::{Resource, ResourceTable};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
 
-use super::bindings::leasehold::job::{leadership, log as guest_log, store, types};
+use super::bindings::leasehold::job::{leadership, log as guest_log, store, tasks, types};
 use super::error::StepError;
 use super::sandbox::{GuestOutput, JobLimiter};
 use crate::fence::{self, Refusal, TermWriteError};
@@ -23,18 +23,58 @@ pub(super) const STDERR_CAPACITY: usize = 64 * 1024;
 const LOG_LINE_MAX: usize = 4096;
 /// Longest key a guest may use, in bytes.
 pub const KEY_MAX: usize = 256;
+/// Most entries one `store.write-many` may carry.
+pub const BATCH_ENTRIES: usize = 65_536;
+/// Most bytes (keys and values) one `store.write-many` may carry.
+pub const BATCH_BYTES: u64 = 64 << 20;
 
-/// Everything a step's host imports need. Absent while `describe()` runs.
+/// Everything a step's (or a task's) host imports need. Absent while `describe()` runs.
 pub struct StepContext {
     /// The job's keys.
     pub keys: JobKeys,
-    /// The term the step runs in.
+    /// The term the step runs in (for a task: the term that submitted it, valid while the
+    /// worker's claim holds).
     pub term: Term,
     /// Connection for guest reads and fenced writes. Calls are bounded by the term: a call
     /// still pending when the term ends is abandoned.
-    pub conn: redis::aio::ConnectionManager,
+    pub conn: crate::redis_conn::Conn,
     /// `<data-dir>/<job>/`, preopened read-only at `/data` when it exists.
     pub data_dir: Option<PathBuf>,
+    /// A step of a run, or a task.
+    pub work: Work,
+}
+
+impl StepContext {
+    /// The context of a step of `period`'s run outside a runner (tests, benchmarks): tasks it
+    /// submits name no component version.
+    pub fn for_step(
+        keys: JobKeys,
+        term: Term,
+        conn: crate::redis_conn::Conn,
+        data_dir: Option<PathBuf>,
+        period: &str,
+    ) -> Self {
+        StepContext {
+            keys,
+            term,
+            conn,
+            data_dir,
+            work: Work::Step(crate::tasks::RunOf {
+                period: period.to_string(),
+                scheduled_at: String::new(),
+                component: String::new(),
+            }),
+        }
+    }
+}
+
+/// What a call into a job is part of.
+#[derive(Clone, Debug)]
+pub enum Work {
+    /// A step of this run: it may submit tasks and read their outputs.
+    Step(crate::tasks::RunOf),
+    /// A task, run under this worker's claim: its writes need the claim too.
+    Task(crate::tasks::Claim),
 }
 
 /// The data of every store: WASI state, resources, limits and the step's context.
@@ -208,9 +248,14 @@ impl HostState {
         let quota = self.quota;
         let ctx = self.step()?;
         let writes = [(ctx.keys.data(&key), value.as_slice())];
+        let claim = match &ctx.work {
+            Work::Task(c) => Some(c.clone()),
+            Work::Step(_) => None,
+        };
         let write = fence::TermWrite {
             create,
             quota: Some(quota),
+            claim: claim.as_ref(),
             ..fence::TermWrite::new(&writes, &[])
         };
         let res = fence::term_write(&mut ctx.conn, &ctx.keys, &ctx.term, write).await;
@@ -230,6 +275,173 @@ impl HostState {
             _ => {}
         }
         Ok(self.write_result(res))
+    }
+
+    /// `store.write-many`: every entry checked, then one fenced write of all of them, counted
+    /// against the quota together.
+    pub(super) async fn store_write_many(
+        &mut self,
+        entries: Vec<store::Entry>,
+    ) -> wasmtime::Result<Result<(), store::BatchError>> {
+        let whole = |error| store::BatchError { index: None, error };
+        if entries.len() > BATCH_ENTRIES {
+            return Ok(Err(whole(store::WriteError::TooLarge(BATCH_BYTES))));
+        }
+        let mut total = 0u64;
+        for (i, e) in entries.iter().enumerate() {
+            if let Err(error) = self.check_write(&e.key, &e.value) {
+                return Ok(Err(store::BatchError {
+                    index: Some(i as u32),
+                    error,
+                }));
+            }
+            total += (e.key.len() + e.value.len()) as u64;
+        }
+        if total > BATCH_BYTES {
+            return Ok(Err(whole(store::WriteError::TooLarge(BATCH_BYTES))));
+        }
+        let quota = self.quota;
+        let ctx = self.step()?;
+        // Later entries win over earlier ones with the same key (as one write after another).
+        let mut last = std::collections::HashMap::new();
+        for (i, e) in entries.iter().enumerate() {
+            last.insert(e.key.as_str(), i);
+        }
+        let writes: Vec<(String, &[u8])> = entries
+            .iter()
+            .enumerate()
+            .filter(|(i, e)| last.get(e.key.as_str()) == Some(i))
+            .map(|(_, e)| (ctx.keys.data(&e.key), e.value.as_slice()))
+            .collect();
+        let claim = match &ctx.work {
+            Work::Task(c) => Some(c.clone()),
+            Work::Step(_) => None,
+        };
+        let write = fence::TermWrite {
+            quota: Some(quota),
+            claim: claim.as_ref(),
+            ..fence::TermWrite::new(&writes, &[])
+        };
+        let res = fence::term_write(&mut ctx.conn, &ctx.keys, &ctx.term, write).await;
+        if res.is_ok() {
+            self.quota_refused = None;
+        }
+        let ctx = self.step()?;
+        let metrics = crate::metrics::get();
+        match &res {
+            Ok(fence::Written {
+                usage: Some((keys, bytes)),
+                ..
+            }) => metrics.stored(ctx.keys.job(), *keys, *bytes),
+            Err(TermWriteError::QuotaExceeded(_)) => metrics.quota_refused(ctx.keys.job()),
+            _ => {}
+        }
+        Ok(self.write_result(res).map(drop).map_err(whole))
+    }
+
+    /// The run a step belongs to (`tasks` calls are a step's only).
+    fn run_of(&mut self) -> wasmtime::Result<Result<crate::tasks::RunOf, tasks::TasksError>> {
+        Ok(match &self.step()?.work {
+            Work::Step(run) => Ok(run.clone()),
+            Work::Task(_) => Err(tasks::TasksError::NotInAStep),
+        })
+    }
+
+    /// `tasks.submit`.
+    async fn tasks_submit(
+        &mut self,
+        list: Vec<tasks::Task>,
+    ) -> wasmtime::Result<Result<(), tasks::TasksError>> {
+        let run = match self.run_of()? {
+            Ok(r) => r,
+            Err(e) => return Ok(Err(e)),
+        };
+        if list.len() > crate::tasks::MOST_PER_SUBMIT {
+            return Ok(Err(tasks::TasksError::Invalid(format!(
+                "{} tasks in one submit, more than {}",
+                list.len(),
+                crate::tasks::MOST_PER_SUBMIT
+            ))));
+        }
+        for t in &list {
+            if let Err(why) = crate::tasks::validate_id(&t.id) {
+                return Ok(Err(tasks::TasksError::Invalid(why)));
+            }
+            if t.payload.len() as u64 > self.max_write {
+                return Ok(Err(tasks::TasksError::TooLarge(self.max_write)));
+            }
+        }
+        let ctx = self.step()?;
+        let list: Vec<(String, Vec<u8>)> = list.into_iter().map(|t| (t.id, t.payload)).collect();
+        let term = ctx.term.clone();
+        if !term.still_leader() {
+            return Ok(Err(tasks::TasksError::NotLeader));
+        }
+        let call = crate::tasks::submit(
+            &mut ctx.conn,
+            &ctx.keys,
+            (term.owner(), term.token()),
+            &run,
+            &list,
+        );
+        Ok(match term.bound(call).await {
+            Some(Ok(added)) => {
+                tracing::info!(period = %run.period, tasks = list.len(), added, "tasks submitted");
+                Ok(())
+            }
+            Some(Err(fence::FenceError::Refused(r))) => {
+                tracing::warn!(token = term.token(), "tasks refused: {r}; stepping down");
+                term.end();
+                crate::metrics::get().fence_refused(ctx.keys.job());
+                let text = r.to_string();
+                self.refusal = Some(r);
+                Err(tasks::TasksError::Fenced(text))
+            }
+            Some(Err(e)) => Err(tasks::TasksError::Unavailable(e.to_string())),
+            None => Err(tasks::TasksError::NotLeader),
+        })
+    }
+
+    /// `tasks.output`.
+    async fn tasks_output(
+        &mut self,
+        id: String,
+    ) -> wasmtime::Result<Result<Option<Vec<u8>>, tasks::TasksError>> {
+        let period = match self.run_of()? {
+            Ok(r) => r.period,
+            Err(e) => return Ok(Err(e)),
+        };
+        if let Err(why) = crate::tasks::validate_id(&id) {
+            return Ok(Err(tasks::TasksError::Invalid(why)));
+        }
+        let ctx = self.step()?;
+        let call = crate::tasks::output(&mut ctx.conn, &ctx.keys, &period, &id);
+        Ok(match ctx.term.bound(call).await {
+            Some(Ok(v)) => Ok(v),
+            Some(Err(e)) => Err(tasks::TasksError::Unavailable(e.to_string())),
+            None => Err(tasks::TasksError::NotLeader),
+        })
+    }
+
+    /// `tasks.progress`.
+    async fn tasks_progress(
+        &mut self,
+    ) -> wasmtime::Result<Result<tasks::TaskProgress, tasks::TasksError>> {
+        let period = match self.run_of()? {
+            Ok(r) => r.period,
+            Err(e) => return Ok(Err(e)),
+        };
+        let ctx = self.step()?;
+        let call = crate::tasks::progress(&mut ctx.conn, &ctx.keys, &period);
+        Ok(match ctx.term.bound(call).await {
+            Some(Ok(p)) => Ok(tasks::TaskProgress {
+                submitted: p.submitted,
+                finished: p.finished,
+                failed: p.failed,
+            }),
+            Some(Err(e)) => Err(tasks::TasksError::Unavailable(e.to_string())),
+            None => Err(tasks::TasksError::NotLeader),
+        })
     }
 
     /// `store.read`, for every world version.
@@ -312,6 +524,35 @@ impl store::Host for HostState {
         key: String,
     ) -> wasmtime::Result<Result<Option<Vec<u8>>, store::ReadError>> {
         self.store_read(key).await
+    }
+
+    async fn write_many(
+        &mut self,
+        entries: Vec<store::Entry>,
+    ) -> wasmtime::Result<Result<(), store::BatchError>> {
+        self.store_write_many(entries).await
+    }
+}
+
+impl tasks::Host for HostState {
+    async fn submit(
+        &mut self,
+        list: Vec<tasks::Task>,
+    ) -> wasmtime::Result<Result<(), tasks::TasksError>> {
+        self.tasks_submit(list).await
+    }
+
+    async fn output(
+        &mut self,
+        id: String,
+    ) -> wasmtime::Result<Result<Option<Vec<u8>>, tasks::TasksError>> {
+        self.tasks_output(id).await
+    }
+
+    async fn progress(
+        &mut self,
+    ) -> wasmtime::Result<Result<tasks::TaskProgress, tasks::TasksError>> {
+        self.tasks_progress().await
     }
 }
 

@@ -32,10 +32,15 @@ pub struct LoadedJob {
 }
 
 impl LoadedJob {
-    /// The version of the `leasehold:job` world the component is built to (`0.3.0`, or
-    /// `0.2.0` for a component built before storage quotas).
+    /// The version of the `leasehold:job` world the component is built to (`0.4.0`, `0.4.0
+    /// (fan-out-job)`, or an earlier one still loaded: `0.3.0`, `0.2.0`).
     pub fn world(&self) -> &'static str {
         self.pre.version()
+    }
+
+    /// Whether the component can run tasks (it exports `run-task`: the `fan-out-job` world).
+    pub fn fans_out(&self) -> bool {
+        self.pre.fans_out()
     }
 }
 

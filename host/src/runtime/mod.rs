@@ -61,17 +61,22 @@ use wasmtime::{
 use crate::spec::HostLimits;
 use cache::CodeCache;
 
+pub use bindings::leasehold::job::tasks::Task;
 pub use bindings::leasehold::job::types::{JobError, RunInfo, StepOutcome};
 pub use cache::Compiled;
 pub use error::StepError;
-pub use imports::{HostState, KEY_MAX, StepContext, validate_key};
+pub use imports::{
+    BATCH_BYTES, BATCH_ENTRIES, HostState, KEY_MAX, StepContext, Work, validate_key,
+};
 pub use load::{LoadError, LoadedJob, sidecar_of};
 
-/// Generated bindings for the `job` world.
+/// Generated bindings for the current worlds (`wit/job.wit`): those of `fan-out-job`, whose
+/// interfaces are every interface of the package (the `job` world's bindings share them, see
+/// `world`).
 #[allow(missing_docs)] // generated from wit/job.wit, whose `///` docs it carries
 pub mod bindings {
     wasmtime::component::bindgen!({
-        world: "job",
+        world: "fan-out-job",
         path: "../wit",
         imports: { default: async | trappable },
         exports: { default: async },
@@ -121,8 +126,10 @@ impl Runtime {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| anyhow::anyhow!("linking WASI: {e}"))?;
-        bindings::Job::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
-            .map_err(|e| anyhow::anyhow!("linking the job world: {e}"))?;
+        bindings::FanOutJob::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
+            .map_err(|e| anyhow::anyhow!("linking the job worlds: {e}"))?;
+        world::v0_3::Job::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
+            .map_err(|e| anyhow::anyhow!("linking the job world 0.3.0: {e}"))?;
         world::v0_2::Job::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
             .map_err(|e| anyhow::anyhow!("linking the job world 0.2.0: {e}"))?;
         let weak = engine.weak();

@@ -1,12 +1,15 @@
-//! Running one step: a fresh store, the guest's `run-step` call raced against the term and a
-//! hard deadline, and every way it can end turned into a [`StepError`] value.
+//! Running one step (or one task): a fresh store, the guest's `run-step` (or `run-task`) call
+//! raced against the term and a hard deadline, and every way it can end turned into a
+//! [`StepError`] value.
 
 use std::time::Instant;
 
 use tracing::{Level, debug, warn};
 
+use super::bindings::leasehold::job::tasks::Task;
 use super::error::StepError;
 use super::imports::STDERR_CAPACITY;
+use super::world::{Call, Returned};
 use super::{
     EPOCH_TICK, HostState, JobError, LoadedJob, RunInfo, Runtime, StepContext, StepOutcome,
 };
@@ -22,6 +25,40 @@ impl Runtime {
         step: u32,
         state: Option<&[u8]>,
     ) -> Result<StepOutcome, StepError> {
+        let call = Call::Step { run, step, state };
+        match self.call(job, ctx, call).await? {
+            Returned::Step(outcome) => Ok(outcome),
+            Returned::Task(_) => Err(StepError::Host("run-step returned a task's output".into())),
+        }
+    }
+
+    /// Runs one task of `job` (a fan-out job: it exports `run-task`) in a fresh store, as a
+    /// step runs: the same sandbox, limits and containment. `ctx.term` is the submitting term,
+    /// valid while the worker's claim holds.
+    pub async fn run_task(
+        &self,
+        job: &LoadedJob,
+        ctx: StepContext,
+        run: &RunInfo,
+        task: &Task,
+    ) -> Result<Vec<u8>, StepError> {
+        match self.call(job, ctx, Call::Task { run, task }).await? {
+            Returned::Task(output) => Ok(output),
+            Returned::Step(_) => Err(StepError::Host("run-task returned a step outcome".into())),
+        }
+    }
+
+    /// One call into `job` in a fresh store.
+    async fn call(
+        &self,
+        job: &LoadedJob,
+        ctx: StepContext,
+        what: Call<'_>,
+    ) -> Result<Returned, StepError> {
+        let step = match &what {
+            Call::Step { step, .. } => Some(*step),
+            Call::Task { .. } => None,
+        };
         let term = ctx.term.clone();
         let limits = job.spec.limits;
         let (host_state, stderr) = HostState::new(
@@ -39,7 +76,7 @@ impl Runtime {
         let mut store = self.store(host_state);
         let hard_deadline = Instant::now() + limits.step_time + EPOCH_TICK * 5;
         let result = {
-            let call = job.pre.run_step(&mut store, term.clone(), run, step, state);
+            let call = job.pre.call(&mut store, term.clone(), what);
             tokio::select! {
                 r = call => Some(r),
                 _ = term.ended() => None,
@@ -110,7 +147,7 @@ impl Runtime {
                 "guest stderr cut: more than {STDERR_CAPACITY} bytes in one step"
             );
         }
-        debug!(step, "step finished");
+        debug!(step, "call finished");
         outcome
     }
 }
