@@ -16,12 +16,14 @@ use futures_util::StreamExt;
 
 use crate::redis::RedisServer;
 
-/// Records every command the server executes, from `start` until dropped.
+/// Records every command the server executes, from `start` until dropped. On a Redis Cluster
+/// ([`Recorder::start_cluster`]) it records every primary and merges their histories in time
+/// order (see [`merge`]).
 pub struct Recorder {
-    lines: Arc<Mutex<Vec<String>>>,
+    streams: Vec<Arc<Mutex<Vec<String>>>>,
     /// Client addresses of the test's own operator connections ([`Recorder::operator_conn`]).
     operators: Mutex<HashSet<String>>,
-    task: tokio::task::JoinHandle<()>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
     /// Every job's fence when recording started: (token, holder).
     pub initial: HashMap<String, (u64, String)>,
 }
@@ -36,48 +38,77 @@ impl Recorder {
 
     /// [`Recorder::start`] on any server the client reaches (one in a container, say).
     pub async fn start_at(client: &::redis::Client) -> Self {
-        let mut c = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connecting to redis");
-        let fences: Vec<String> = ::redis::cmd("KEYS")
-            .arg("lh:*:fence")
-            .query_async(&mut c)
-            .await
-            .unwrap();
+        Self::start_on(std::slice::from_ref(client)).await
+    }
+
+    /// Records every primary of `cluster` (each its own `MONITOR`), from before any host
+    /// starts; the history is their lines merged in time order.
+    pub async fn start_cluster(cluster: &crate::cluster::RedisCluster) -> Self {
+        let primaries = cluster.primaries().await;
+        let clients: Vec<::redis::Client> = primaries
+            .iter()
+            .map(|p| ::redis::Client::open(format!("redis://{}", p.addr)).unwrap())
+            .collect();
+        Self::start_on(&clients).await
+    }
+
+    async fn start_on(clients: &[::redis::Client]) -> Self {
         let mut initial = HashMap::new();
-        for key in fences {
-            let (token, holder): (Option<u64>, Option<String>) = ::redis::cmd("HMGET")
-                .arg(&key)
-                .arg("token")
-                .arg("holder")
+        let mut streams = Vec::new();
+        let mut tasks = Vec::new();
+        for client in clients {
+            let mut c = client
+                .get_multiplexed_async_connection()
+                .await
+                .expect("connecting to redis");
+            let fences: Vec<String> = ::redis::cmd("KEYS")
+                .arg("lh:*:fence")
                 .query_async(&mut c)
                 .await
                 .unwrap();
-            if let (Some(job), Some(token)) = (job_of(&key), token) {
-                initial.insert(job.to_string(), (token, holder.unwrap_or_default()));
+            for key in fences {
+                let (token, holder): (Option<u64>, Option<String>) = ::redis::cmd("HMGET")
+                    .arg(&key)
+                    .arg("token")
+                    .arg("holder")
+                    .query_async(&mut c)
+                    .await
+                    .unwrap();
+                if let (Some(job), Some(token)) = (job_of(&key), token) {
+                    initial.insert(job.to_string(), (token, holder.unwrap_or_default()));
+                }
             }
+            let monitor = client.get_async_monitor().await.expect("MONITOR");
+            let lines = Arc::new(Mutex::new(Vec::new()));
+            let sink = lines.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut stream = monitor.into_on_message::<String>();
+                while let Some(line) = stream.next().await {
+                    sink.lock().unwrap().push(line);
+                }
+            }));
+            streams.push(lines);
         }
-        let monitor = client.get_async_monitor().await.expect("MONITOR");
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = lines.clone();
-        let task = tokio::spawn(async move {
-            let mut stream = monitor.into_on_message::<String>();
-            while let Some(line) = stream.next().await {
-                sink.lock().unwrap().push(line);
-            }
-        });
         Recorder {
-            lines,
+            streams,
             operators: Mutex::default(),
-            task,
+            tasks,
             initial,
         }
     }
 
-    /// Every line so far.
+    /// Every server's lines so far, one list per server (on a cluster, per primary, in the order
+    /// of [`crate::cluster::RedisCluster::primaries`] when recording started).
+    pub fn streams(&self) -> Vec<Vec<String>> {
+        self.streams
+            .iter()
+            .map(|s| s.lock().unwrap().clone())
+            .collect()
+    }
+
+    /// Every line so far (on a cluster, every primary's, merged in time order).
     pub fn lines(&self) -> Vec<String> {
-        self.lines.lock().unwrap().clone()
+        merge(self.streams())
     }
 
     /// A connection for the test to act as an operator with (delete a record, write a
@@ -108,8 +139,40 @@ impl Recorder {
 
 impl Drop for Recorder {
     fn drop(&mut self) {
-        self.task.abort();
+        for t in &self.tasks {
+            t.abort();
+        }
     }
+}
+
+/// Several servers' `MONITOR` lines as one history in time order: each server's lines stay in
+/// its order, and a command with the lines its script ran (`[… lua]`, right after it) stays
+/// one block, placed by the command's timestamp (the servers share this machine's clock).
+pub fn merge(streams: Vec<Vec<String>>) -> Vec<String> {
+    if streams.len() == 1 {
+        return streams.into_iter().next().unwrap_or_default();
+    }
+    let stamp = |line: &str| -> f64 {
+        line.split_whitespace()
+            .next()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let mut blocks: Vec<(f64, usize, usize, Vec<String>)> = Vec::new();
+    for (s, lines) in streams.into_iter().enumerate() {
+        for line in lines {
+            let from_lua = parse(&line).is_some_and(|(source, _)| source == "lua");
+            match blocks.last_mut() {
+                Some((_, last, _, block)) if from_lua && *last == s => block.push(line),
+                _ => {
+                    let n = blocks.len();
+                    blocks.push((stamp(&line), s, n, vec![line]));
+                }
+            }
+        }
+    }
+    blocks.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.2.cmp(&b.2)));
+    blocks.into_iter().flat_map(|b| b.3).collect()
 }
 
 /// One write that Redis applied inside a fenced-write script.
@@ -195,13 +258,19 @@ fn is_term_key(cmd: &str, key: &str) -> bool {
                 || key.contains(":run:")
                 || key.contains(":ckpt:")
                 || key.contains(":corrupt:")
+                || key.contains(":task:")
+                || key.contains(":taskdata:")
                 || key.ends_with(":cursor")
                 || key.ends_with(":schedule")
                 || key.ends_with(":last")
         }
         "SADD" | "SREM" => key.ends_with(":open"),
         "HDEL" => key.ends_with(":requested"),
-        "HSET" => key.ends_with(":usage"),
+        "HSET" | "HINCRBY" => {
+            key.ends_with(":usage") || key.contains(":task:") || key.contains(":taskdata:")
+        }
+        "ZADD" => key.ends_with(":runs"),
+        "XADD" => key.ends_with(":tasks"),
         _ => false,
     }
 }
@@ -301,10 +370,14 @@ pub fn check_with(
                 fence.insert(job, (token, holder));
             }
             // Every write a term makes: job data, run records, checkpoints, corrupt records
-            // moved aside, the cursor, the last-run marker, the open-runs index, the storage
-            // count, and the clearing of operator requests. (Operators write requests with HSET/HSETNX and
-            // the pause flag with SET/DEL on `:paused`, outside any term.)
-            "SET" | "DEL" | "SADD" | "SREM" | "HDEL" | "HSET" if is_term_key(&cmd, &key) => {
+            // moved aside, the cursor, the last-run marker, the open-runs index, the run index,
+            // the storage count, the clearing of operator requests, and a run's tasks (queued,
+            // taken over, their outputs, written by workers as the term that submitted them).
+            // (Operators write requests with HSET/HSETNX and the pause flag with SET/DEL on
+            // `:paused`, outside any term.)
+            "SET" | "DEL" | "SADD" | "SREM" | "HDEL" | "HSET" | "HINCRBY" | "ZADD" | "XADD"
+                if is_term_key(&cmd, &key) =>
+            {
                 let Some((owner, token)) = writer.clone() else {
                     violations.push(format!("write outside a fenced-write script: {line}"));
                     continue;

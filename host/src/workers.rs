@@ -214,6 +214,7 @@ impl Workers {
             sent + self.timing.leader_window(),
         );
         c.running.fetch_add(1, Ordering::Relaxed);
+        info!(period = %task.period, attempt = task.attempt, "task started");
         let started = Instant::now();
         let ctx = StepContext {
             keys: keys.clone(),

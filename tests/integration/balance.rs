@@ -168,3 +168,59 @@ async fn replicas_lead_their_preferred_jobs_and_hand_them_back_after_a_crash() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_run_that_never_ends_is_handed_over_between_two_steps() {
+    deadline(Duration::from_secs(120), async {
+        let redis = RedisServer::start().await;
+        let dir = TempDir::new("balance-steps");
+        let (jobs, data) = (dir.path().join("jobs"), dir.path().join("data"));
+        // A job whose preferred member of the two is `steps-b`: one 5 ms step after another.
+        let two = membership(&["steps-a", "steps-b"]);
+        let name = (0..)
+            .map(|i| format!("pulse-{i}"))
+            .find(|j| preferred(j, &two, None) == Some("steps-b"))
+            .unwrap();
+        std::fs::create_dir_all(&jobs).unwrap();
+        std::fs::create_dir_all(data.join(&name)).unwrap();
+        std::fs::copy(guests().wasm("benchjob"), jobs.join("pulse.wasm")).unwrap();
+        std::fs::write(jobs.join("pulse.toml"), format!("name = \"{name}\"\n")).unwrap();
+        std::fs::write(data.join(&name).join("mode"), "pulse").unwrap();
+        let recorder = Recorder::start(&redis).await;
+        let start = |node: &str| {
+            HostProcess::start_node(
+                LEASEHOLD,
+                &redis.url(),
+                &jobs,
+                node,
+                ("2s", "500ms"),
+                &["--data-dir", data.to_str().unwrap()],
+            )
+        };
+        let a = start("steps-a");
+        wait_for("steps-a to run steps", Duration::from_secs(60), || {
+            let n = a.log_lines_with("\"step done\"").len();
+            async move { (n >= 3).then_some(()) }
+        })
+        .await;
+        // The preferred member joins: the run moves to it between two steps, and it resumes
+        // the run from the checkpoint the last step saved.
+        let b = start("steps-b");
+        b.wait_for_log("resuming run from its checkpoint", Duration::from_secs(60))
+            .await;
+        let handed = a.log_lines_with("handing over to the job's preferred member between steps");
+        assert_eq!(handed.len(), 1, "{handed:?}");
+        assert!(
+            a.log_lines_with("stopped leading").is_empty(),
+            "the hand-over ended a term by a fault: {:?}",
+            a.log_lines_with("stopped leading")
+        );
+        wait_for("steps-b to run steps", Duration::from_secs(30), || {
+            let n = b.log_lines_with("\"step done\"").len();
+            async move { (n >= 3).then_some(()) }
+        })
+        .await;
+        recorder.check().unwrap_or_else(|v| panic!("{v}"));
+    })
+    .await;
+}

@@ -141,6 +141,84 @@ async fn a_leading_guest_can_only_write_its_own_keys_through_the_fence() {
 }
 
 #[tokio::test]
+async fn a_batch_of_writes_is_one_fenced_write_all_or_nothing() {
+    deadline(Duration::from_secs(120), async {
+        let redis = RedisServer::start().await;
+        let mut c = redis.conn().await;
+        let runtime = Runtime::new(HostLimits::default()).unwrap();
+        let keys = JobKeys::new("probe");
+        let Acquired::Granted { token } =
+            lease::acquire(&mut c, &keys, "test:1", Duration::from_secs(30))
+                .await
+                .unwrap()
+        else {
+            panic!()
+        };
+        let term = Term::new(
+            token,
+            "test:1".into(),
+            Instant::now() + Duration::from_secs(20),
+        );
+        let recorder = crate::history::Recorder::start(&redis).await;
+        let report = lines(run_probe(&runtime, &redis, term, "batch", None).await);
+        assert_eq!(line(&report, "three"), "three: ok");
+        assert!(
+            line(&report, "invalid").starts_with("invalid: refused at 1 invalid-key("),
+            "{report:?}"
+        );
+        assert_eq!(
+            line(&report, "too-large"),
+            "too-large: refused at 0 too-large(max 1024 bytes)"
+        );
+        assert_eq!(line(&report, "twice"), "twice: ok");
+        let get = |k: &str| keys.data(k);
+        let values: Vec<Option<String>> = c
+            .mget(&[
+                get("b/1"),
+                get("b/2"),
+                get("b/3"),
+                get("b/4"),
+                get("b/5"),
+                get("b/6"),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(
+            values,
+            vec![
+                Some("one".into()),
+                Some("two".into()),
+                Some("three".into()),
+                None,
+                None,
+                Some("second".into())
+            ],
+            "a refused batch wrote nothing; a key written twice keeps the later value"
+        );
+        // Each accepted batch went to Redis as one script call: the three keys were set by one
+        // script, with no other command between them.
+        let history = recorder.check().unwrap();
+        let at: Vec<usize> = history
+            .applied
+            .iter()
+            .filter(|a| a.key.starts_with(&get("b/")))
+            .map(|a| a.at)
+            .collect();
+        assert_eq!(at.len(), 4, "{at:?}");
+        let lines = recorder.lines();
+        assert!(
+            lines[at[0]..=at[2]].iter().all(|l| l.contains(" lua]")),
+            "the first batch was more than one call: {:?}",
+            &lines[at[0]..=at[2]]
+        );
+        // The quota counted the batch as a whole: four keys.
+        let usage: Option<String> = c.hget(keys.usage(), "keys").await.unwrap();
+        assert_eq!(usage.as_deref(), Some("4"));
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_guest_whose_term_was_overtaken_cannot_write() {
     deadline(Duration::from_secs(120), async {
         let redis = RedisServer::start().await;

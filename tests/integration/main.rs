@@ -64,6 +64,14 @@ mod replicas;
 // returning replica gets its jobs back by graceful hand-overs.
 mod balance;
 
+// Redis Cluster: scripts across primaries, hosts failing over on a cluster, release notices
+// across nodes, and a running job's slot moved to another primary mid-run.
+mod cluster;
+
+// Fan-out: tasks on every replica; a worker killed or frozen mid-task, a leader killed while
+// tasks run, a task that traps; the task scripts' fencing in process.
+mod fanout;
+
 // Election between in-process electors: one leader, takeover with a higher token.
 mod election;
 

@@ -16,7 +16,9 @@
 //! - `keys`: write keys outside the namespace and odd keys (and fail listing each error);
 //! - `log-flood`: write 100,000 log lines and 1 MiB of stderr, then finish;
 //! - `fill`: write new keys in a loop, without bound, until a write is refused (and fail with
-//!   the error): a job that would fill Redis, stopped by its storage quota.
+//!   the error): a job that would fill Redis, stopped by its storage quota;
+//! - `batch`: `store.write-many` three keys, then batches with an invalid key, a value over the
+//!   write limit, and a key written twice, and report each outcome as a line of its state.
 
 use leasehold_guest::prelude::*;
 use leasehold_guest::{log, store};
@@ -60,6 +62,49 @@ impl Guest for Probe {
                 };
             }
             "big-state" => return Ok(StepOutcome::Continue(vec![7u8; 64 * 1024])),
+            "batch" => {
+                let entry = |k: &str, v: &[u8]| store::Entry {
+                    key: k.to_string(),
+                    value: v.to_vec(),
+                };
+                let show = |r: Result<(), store::BatchError>| match r {
+                    Ok(()) => "ok".to_string(),
+                    Err(e) => format!(
+                        "refused at {} {}",
+                        e.index.map_or("-".to_string(), |i| i.to_string()),
+                        describe(&e.error)
+                    ),
+                };
+                let lines = [
+                    format!(
+                        "three: {}",
+                        show(store::write_many(&[
+                            entry("b/1", b"one"),
+                            entry("b/2", b"two"),
+                            entry("b/3", b"three"),
+                        ]))
+                    ),
+                    format!(
+                        "invalid: {}",
+                        show(store::write_many(&[
+                            entry("b/4", b"four"),
+                            entry("../escape", b"x"),
+                        ]))
+                    ),
+                    format!(
+                        "too-large: {}",
+                        show(store::write_many(&[entry("b/5", &[0u8; 2048])]))
+                    ),
+                    format!(
+                        "twice: {}",
+                        show(store::write_many(&[
+                            entry("b/6", b"first"),
+                            entry("b/6", b"second"),
+                        ]))
+                    ),
+                ];
+                return Ok(StepOutcome::Continue(lines.join("\n").into_bytes()));
+            }
             "fill" => {
                 let mut n: u64 = 0;
                 loop {

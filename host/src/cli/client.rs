@@ -64,6 +64,18 @@ pub(super) async fn status(args: StatusArgs) -> anyhow::Result<()> {
                 s(&m["http"]),
                 s(&m["since"])
             );
+            let t = &m["tasks"];
+            println!(
+                "  {:<24} last heartbeat {}; tasks: {} slots, {} running, {} done, {} failed, {} reclaimed, {} refused",
+                "",
+                s(&m["seen"]),
+                s(&t["slots"]),
+                s(&t["running"]),
+                s(&t["done"]),
+                s(&t["failed"]),
+                s(&t["reclaimed"]),
+                s(&t["refused"])
+            );
         }
     }
     println!(

@@ -423,7 +423,7 @@ async fn status(State(api): State<Api>) -> Result<Response, ApiError> {
         .members
         .iter()
         .map(|(node, m)| {
-            json!({ "node": node, "capacity": m.capacity, "version": m.version, "http": m.http, "since": m.since })
+            json!({ "node": node, "capacity": m.capacity, "version": m.version, "http": m.http, "since": m.since, "seen": m.seen, "tasks": m.tasks })
         })
         .collect();
     Ok(Json(json!({

@@ -1,0 +1,131 @@
+//! Test and benchmark fixture: a fan-out job (the `fan-out-job` world).
+//!
+//! Step 0 submits `tasks` tasks (`t-0`, `t-1`, …) and awaits them; step 1 reads every output,
+//! checks it, and writes the sum to `sum/<period>`. Task `t-i` writes `out/<period>/t-i` (a
+//! fenced write of the task's term and claim) and returns `i²`. What a task does first comes
+//! from `/data/tasker.json` (all optional):
+//!
+//! - `tasks`: how many (default 8);
+//! - `spin_ms`: spin this long, asking `still-leader` every millisecond (a long task a test can
+//!   freeze or kill its worker in);
+//! - `cpu`: rounds of a CPU-bound loop (benchmarks);
+//! - `fail`: task ids that trap (panic with `task <id> exploded`) on every attempt.
+
+use leasehold_guest::fan_out::{Guest, Task};
+use leasehold_guest::prelude::*;
+use leasehold_guest::{state, store, tasks};
+use serde::{Deserialize, Serialize};
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct Config {
+    tasks: Option<u32>,
+    spin_ms: u64,
+    cpu: u64,
+    fail: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Work {
+    i: u64,
+    spin_ms: u64,
+    cpu: u64,
+    fail: bool,
+}
+
+fn config() -> Result<Config, JobError> {
+    match std::fs::read_to_string("/data/tasker.json") {
+        Ok(text) => serde_json::from_str(&text)
+            .map_err(|e| JobError::Failed(format!("/data/tasker.json: {e}"))),
+        Err(_) => Ok(Config::default()),
+    }
+}
+
+struct Tasker;
+
+impl Guest for Tasker {
+    fn describe() -> JobSpec {
+        spec("tasker")
+            .schedule("0 0 0 1 1 *")
+            .max_step_millis(60_000)
+            .build()
+    }
+
+    fn run_step(
+        term: &Term,
+        run: RunInfo,
+        step: u32,
+        _state: Option<Vec<u8>>,
+    ) -> Result<StepOutcome, JobError> {
+        if !term.still_leader() {
+            return Err(JobError::LostLeadership);
+        }
+        let config = config()?;
+        let n = config.tasks.unwrap_or(8);
+        if step == 0 {
+            let work: Vec<Task> = (0..n)
+                .map(|i| Task {
+                    id: format!("t-{i}"),
+                    payload: serde_json::to_vec(&Work {
+                        i: u64::from(i),
+                        spin_ms: config.spin_ms,
+                        cpu: config.cpu,
+                        fail: config.fail.contains(&format!("t-{i}")),
+                    })
+                    .expect("work serializes"),
+                })
+                .collect();
+            tasks::submit(&work)?;
+            return state::await_tasks(&());
+        }
+        let progress = tasks::progress()?;
+        if progress.finished != n || progress.failed != 0 {
+            return Err(JobError::Failed(format!(
+                "called with {} of {n} tasks finished ({} failed)",
+                progress.finished, progress.failed
+            )));
+        }
+        let mut sum = 0u64;
+        for i in 0..u64::from(n) {
+            let out = tasks::output(&format!("t-{i}"))?
+                .ok_or_else(|| JobError::Failed(format!("t-{i} has no output")))?;
+            let v: u64 = String::from_utf8_lossy(&out)
+                .parse()
+                .map_err(|_| JobError::Failed(format!("t-{i}'s output is not a number")))?;
+            if v != i * i {
+                return Err(JobError::Failed(format!(
+                    "t-{i} returned {v}, not {}",
+                    i * i
+                )));
+            }
+            sum += v;
+        }
+        store::write(&format!("sum/{}", run.period), sum.to_string().as_bytes())?;
+        Ok(StepOutcome::Done)
+    }
+
+    fn run_task(term: &Term, run: RunInfo, task: Task) -> Result<Vec<u8>, JobError> {
+        let work: Work = serde_json::from_slice(&task.payload)
+            .map_err(|e| JobError::Failed(format!("payload of {}: {e}", task.id)))?;
+        if work.fail {
+            panic!("task {} exploded", task.id);
+        }
+        let start = std::time::Instant::now();
+        while start.elapsed().as_millis() < u128::from(work.spin_ms) {
+            if !term.still_leader() {
+                return Err(JobError::LostLeadership);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let mut x = work.i;
+        for round in 0..work.cpu {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(round));
+        }
+        std::hint::black_box(x);
+        let out = (work.i * work.i).to_string();
+        store::write(&format!("out/{}/{}", run.period, task.id), out.as_bytes())?;
+        Ok(out.into_bytes())
+    }
+}
+
+leasehold_guest::export_fan_out!(Tasker);

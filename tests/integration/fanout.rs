@@ -1,0 +1,435 @@
+//! Fan-out: a job's leader hands tasks to every replica (the `tasker` fixture, see
+//! `guest-jobs/tasker`), with real hosts. Tasks run on every replica; a worker killed or frozen
+//! mid-task has its task taken over, and a frozen worker's late result is never seen; a leader
+//! killed while tasks run is replaced by one that collects them; a task that traps is retried,
+//! then fails the run with its message. In process: the task scripts refuse a result of an
+//! older term, of a worker whose claim was taken over, and a second result.
+
+use std::time::Duration;
+
+use leasehold::fence::{FenceError, Refusal};
+use leasehold::keys::JobKeys;
+use leasehold::lease::{self, Acquired};
+use leasehold::tasks::{self, Attempt, Completed, RunOf};
+use redis::AsyncCommands;
+use serde_json::Value;
+
+use crate::harness::{
+    HostProcess, LEASEHOLD, RedisServer, TempDir, conn, deadline, guests, http, run_leasehold,
+    wait_for,
+};
+use crate::history::{History, Recorder};
+
+/// The tasker's current period (its schedule fires once a year; a leader runs it at once).
+const PERIOD: &str = "2026-01-01";
+const JOB: &str = "tasker";
+
+struct FanOut {
+    _dir: TempDir,
+    redis: RedisServer,
+    hosts: Vec<HostProcess>,
+    recorder: Recorder,
+    tasks: u64,
+}
+
+impl FanOut {
+    /// `n` hosts of the tasker with `config` as its `/data/tasker.json`, TTL 1 s.
+    async fn start(name: &str, n: usize, config: Value) -> Self {
+        let redis = RedisServer::start().await;
+        let dir = TempDir::new(name);
+        std::fs::create_dir_all(dir.join("jobs")).unwrap();
+        std::fs::create_dir_all(dir.join("data/tasker")).unwrap();
+        std::fs::copy(guests().wasm("tasker"), dir.join("jobs/tasker.wasm")).unwrap();
+        std::fs::write(dir.join("data/tasker/tasker.json"), config.to_string()).unwrap();
+        let recorder = Recorder::start(&redis).await;
+        let data = dir.join("data");
+        let hosts = (0..n)
+            .map(|i| {
+                HostProcess::start_node(
+                    LEASEHOLD,
+                    &redis.url(),
+                    &dir.join("jobs"),
+                    &format!("w{i}"),
+                    ("1s", "200ms"),
+                    &[
+                        "--data-dir",
+                        data.to_str().unwrap(),
+                        "--task-slots",
+                        "2",
+                        "--http",
+                        "127.0.0.1:0",
+                    ],
+                )
+            })
+            .collect();
+        FanOut {
+            _dir: dir,
+            redis,
+            hosts,
+            recorder,
+            tasks: config["tasks"].as_u64().unwrap_or(8),
+        }
+    }
+
+    async fn record(&self) -> Option<Value> {
+        crate::harness::run_record(&self.redis, JOB, PERIOD).await
+    }
+
+    async fn wait_final(&self, status: &str, limit: Duration) -> Value {
+        wait_for(&format!("the run to be {status}"), limit, || async {
+            self.record().await.filter(|r| r["status"] == status)
+        })
+        .await
+    }
+
+    /// The host whose log has a line with `needle` (waits up to `limit`), skipping `except`.
+    async fn host_logging(&self, needle: &str, except: &[usize], limit: Duration) -> usize {
+        wait_for(&format!("a host to log {needle:?}"), limit, || {
+            let found = (0..self.hosts.len())
+                .filter(|i| !except.contains(i))
+                .find(|i| !self.hosts[*i].log_lines_with(needle).is_empty());
+            async move { found }
+        })
+        .await
+    }
+
+    /// The host leading the job now.
+    async fn leader(&self) -> usize {
+        wait_for("a leader", Duration::from_secs(60), || async {
+            let owner: Option<String> = self
+                .redis
+                .conn()
+                .await
+                .get(format!("lh:{{{JOB}}}:lease"))
+                .await
+                .ok()?;
+            owner?.strip_prefix('w')?.split(':').next()?.parse().ok()
+        })
+        .await
+    }
+
+    /// The sum the run wrote, which must be Σ i² over the tasks.
+    async fn assert_sum(&self) {
+        let sum: Option<String> = self
+            .redis
+            .conn()
+            .await
+            .get(format!("lh:{{{JOB}}}:data:sum/{PERIOD}"))
+            .await
+            .unwrap();
+        let want: u64 = (0..self.tasks).map(|i| i * i).sum();
+        assert_eq!(sum, Some(want.to_string()), "the run's sum");
+    }
+
+    /// The history is fenced, holds one `done`, and every task's output was accepted once.
+    fn assert_history(&self) -> History {
+        let history = self
+            .recorder
+            .check()
+            .unwrap_or_else(|v| panic!("fencing violated:\n{v}"));
+        assert_eq!(
+            history.done_records(JOB, PERIOD).len(),
+            1,
+            "one done record"
+        );
+        let data = format!("lh:{{{JOB}}}:taskdata:{PERIOD}");
+        for i in 0..self.tasks {
+            let outputs = history
+                .applied
+                .iter()
+                .filter(|a| a.key == data && a.value == format!("o:t-{i}"))
+                .count();
+            assert_eq!(outputs, 1, "output of t-{i} accepted {outputs} times");
+        }
+        history
+    }
+
+    /// Lines logging a task event among every host's.
+    fn count(&self, needle: &str) -> usize {
+        self.hosts
+            .iter()
+            .map(|h| h.log_lines_with(needle).len())
+            .sum()
+    }
+}
+
+#[tokio::test]
+async fn tasks_run_on_every_replica_and_their_outputs_make_the_result() {
+    deadline(Duration::from_secs(180), async {
+        let f = FanOut::start(
+            "fanout",
+            3,
+            serde_json::json!({"tasks": 12, "spin_ms": 500}),
+        )
+        .await;
+        let record = f.wait_final("done", Duration::from_secs(120)).await;
+        assert_eq!(record["step"], 2, "{record}");
+        f.assert_sum().await;
+        f.assert_history();
+        let workers = f
+            .hosts
+            .iter()
+            .filter(|h| !h.log_lines_with("\"task done\"").is_empty())
+            .count();
+        assert!(workers >= 2, "tasks ran on {workers} host(s) only");
+        // Every worker is visible in the status: slots, tasks done, last heartbeat.
+        let addr = f.hosts[0].http_addr(Duration::from_secs(30)).await;
+        let done: u64 = wait_for("the workers' figures", Duration::from_secs(10), || async {
+            let (_, status) = http(&addr, "GET", "/v1/status", None).await;
+            let members = status["members"].as_array()?.clone();
+            let total: u64 = members
+                .iter()
+                .map(|m| m["tasks"]["done"].as_u64().unwrap_or(0))
+                .sum();
+            (members.len() == 3
+                && members.iter().all(|m| {
+                    m["tasks"]["slots"] == 2 && m["seen"].as_str().is_some_and(|s| !s.is_empty())
+                })
+                && total >= f.tasks)
+                .then_some(total)
+        })
+        .await;
+        assert!(done >= f.tasks);
+        let out = run_leasehold(&["status", "--http", &addr]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}");
+        assert!(text.contains("tasks: 2 slots"), "{text}");
+        let (_, metrics) = http(&addr, "GET", "/metrics", None).await;
+        let metrics = metrics.as_str().unwrap_or_default().to_string();
+        assert!(
+            metrics
+                .contains("leasehold_task_duration_seconds_count{job=\"tasker\",outcome=\"done\"}")
+                || f.hosts[0].log_lines_with("\"task done\"").is_empty(),
+            "no task duration in the metrics of a host that ran tasks"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_killed_workers_task_is_taken_over_and_run_again() {
+    deadline(Duration::from_secs(180), async {
+        let mut f = FanOut::start(
+            "fanout-kill",
+            3,
+            serde_json::json!({"tasks": 6, "spin_ms": 3000}),
+        )
+        .await;
+        let leader = f.leader().await;
+        let worker = f
+            .host_logging("\"task started\"", &[leader], Duration::from_secs(60))
+            .await;
+        f.hosts[worker].kill();
+        f.wait_final("done", Duration::from_secs(120)).await;
+        f.assert_sum().await;
+        f.assert_history();
+        assert!(
+            f.count("took over a task whose worker stopped answering") >= 1,
+            "no task was taken over from the killed worker"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_frozen_workers_late_result_is_never_seen() {
+    deadline(Duration::from_secs(180), async {
+        let f = FanOut::start(
+            "fanout-freeze",
+            3,
+            serde_json::json!({"tasks": 6, "spin_ms": 2000}),
+        )
+        .await;
+        let leader = f.leader().await;
+        let worker = f
+            .host_logging("\"task started\"", &[leader], Duration::from_secs(60))
+            .await;
+        // Frozen past its claim (TTL 1 s): another worker takes its tasks over and finishes
+        // them; then it wakes.
+        f.hosts[worker].pause();
+        wait_for(
+            "another worker to take the frozen one's task over",
+            Duration::from_secs(60),
+            || {
+                let n = (0..3)
+                    .filter(|i| *i != worker)
+                    .map(|i| {
+                        f.hosts[i]
+                            .log_lines_with("took over a task whose worker stopped answering")
+                            .len()
+                    })
+                    .sum::<usize>();
+                async move { (n >= 1).then_some(()) }
+            },
+        )
+        .await;
+        f.wait_final("done", Duration::from_secs(120)).await;
+        f.hosts[worker].resume();
+        let late = wait_for(
+            "the frozen worker to drop or have refused its late result",
+            Duration::from_secs(30),
+            || {
+                let n = f.hosts[worker].log_lines_with("task output dropped").len()
+                    + f.hosts[worker].log_lines_with("task result refused").len();
+                async move { (n >= 1).then_some(n) }
+            },
+        )
+        .await;
+        assert!(late >= 1);
+        f.assert_sum().await;
+        // Every output was accepted exactly once: the late one never was.
+        f.assert_history();
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_new_leader_collects_the_tasks_its_predecessor_submitted() {
+    deadline(Duration::from_secs(180), async {
+        let mut f = FanOut::start(
+            "fanout-leader",
+            3,
+            serde_json::json!({"tasks": 6, "spin_ms": 2000}),
+        )
+        .await;
+        let leader = f.leader().await;
+        f.hosts[leader]
+            .wait_for_log("waiting for the run's tasks", Duration::from_secs(60))
+            .await;
+        f.hosts[leader].kill();
+        let record = f.wait_final("done", Duration::from_secs(120)).await;
+        assert_ne!(record["node"], format!("w{leader}"), "{record}");
+        f.assert_sum().await;
+        f.assert_history();
+        // Nothing was submitted twice: one submission added every task.
+        let added: u64 = f
+            .hosts
+            .iter()
+            .flat_map(|h| h.log_lines_with("\"tasks submitted\""))
+            .filter_map(|l| serde_json::from_str::<Value>(&l).ok()?["added"].as_u64())
+            .sum();
+        assert_eq!(added, f.tasks, "tasks added by submissions");
+        // The new leader took over the tasks still running (they ran again under its term).
+        assert_eq!(f.count("took over the run's unfinished tasks"), 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_task_that_traps_is_retried_then_fails_the_run_with_its_message() {
+    deadline(Duration::from_secs(180), async {
+        let f = FanOut::start(
+            "fanout-trap",
+            2,
+            serde_json::json!({"tasks": 4, "fail": ["t-2"]}),
+        )
+        .await;
+        let record = f.wait_final("failed", Duration::from_secs(120)).await;
+        assert_eq!(record["failure"], "task-failed", "{record}");
+        let error = record["error"].as_str().unwrap();
+        assert!(
+            error.contains("task t-2 failed on all of its 3 attempts")
+                && error.contains("task t-2 exploded"),
+            "{error}"
+        );
+        assert_eq!(f.count("task attempt failed; queued again"), 2);
+        // The failed run's tasks are gone with it.
+        let mut c = f.redis.conn().await;
+        let left: bool = c
+            .exists(format!("lh:{{{JOB}}}:task:{PERIOD}"))
+            .await
+            .unwrap();
+        assert!(!left, "the failed run's task records were kept");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn task_results_are_fenced_by_the_submitting_term_and_the_workers_claim() {
+    deadline(Duration::from_secs(30), async {
+        let redis = RedisServer::start().await;
+        let mut c = conn(&redis).await;
+        let keys = JobKeys::new("fenced-tasks");
+        let ttl = Duration::from_secs(10);
+        let grant = |a| match a {
+            Acquired::Granted { token } => token,
+            other => panic!("not granted: {other:?}"),
+        };
+        let a = grant(lease::acquire(&mut c, &keys, "a:1", ttl).await.unwrap());
+        let run = RunOf {
+            period: "p".into(),
+            scheduled_at: String::new(),
+            component: "sha256:x".into(),
+        };
+        let one = [("t-1".to_string(), b"payload".to_vec())];
+        assert_eq!(
+            tasks::submit(&mut c, &keys, ("a:1", a), &run, &one)
+                .await
+                .unwrap(),
+            1
+        );
+        // Submitted again (a step re-executed): nothing added.
+        assert_eq!(
+            tasks::submit(&mut c, &keys, ("a:1", a), &run, &one)
+                .await
+                .unwrap(),
+            0
+        );
+        let first = tasks::fetch(&mut c, &keys, "w1:x", ttl, 1).await.unwrap();
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].token, a);
+        // A new term begins: the old term's result is refused, and a submit of the old term too.
+        assert!(lease::release(&mut c, &keys, "a:1").await.unwrap());
+        let b = grant(lease::acquire(&mut c, &keys, "b:1", ttl).await.unwrap());
+        let out = Attempt::Output(b"old".to_vec());
+        let late = tasks::complete(&mut c, &keys, &first[0], &out, 3)
+            .await
+            .unwrap();
+        assert!(
+            matches!(late, Completed::Refused(Refusal::Stale { .. })),
+            "{late:?}"
+        );
+        let old_submit = tasks::submit(&mut c, &keys, ("a:1", a), &run, &one).await;
+        assert!(matches!(old_submit, Err(FenceError::Refused(_))));
+        // The new term takes the task over: a new entry of its own.
+        assert_eq!(
+            tasks::adopt(&mut c, &keys, ("b:1", b), "p").await.unwrap(),
+            1
+        );
+        let mine = tasks::fetch(&mut c, &keys, "w1:x", ttl, 1).await.unwrap();
+        assert_eq!(mine[0].token, b);
+        // Another worker takes the claim over (as after the first stopped answering).
+        let theirs = tasks::fetch(&mut c, &keys, "w2:y", Duration::ZERO, 1)
+            .await
+            .unwrap();
+        assert_eq!(theirs.len(), 1);
+        assert!(theirs[0].reclaimed);
+        assert_eq!(theirs[0].claim.deliveries, 2);
+        let zombie = tasks::complete(&mut c, &keys, &mine[0], &out, 3)
+            .await
+            .unwrap();
+        assert!(
+            matches!(zombie, Completed::Refused(Refusal::ClaimLost { .. })),
+            "{zombie:?}"
+        );
+        let good = Attempt::Output(b"new".to_vec());
+        assert_eq!(
+            tasks::complete(&mut c, &keys, &theirs[0], &good, 3)
+                .await
+                .unwrap(),
+            Completed::Done
+        );
+        // A second result for the task is refused; the first stays.
+        let again = tasks::complete(&mut c, &keys, &theirs[0], &out, 3)
+            .await
+            .unwrap();
+        assert!(matches!(again, Completed::Refused(_)), "{again:?}");
+        assert_eq!(
+            tasks::output(&mut c, &keys, "p", "t-1").await.unwrap(),
+            Some(b"new".to_vec())
+        );
+        let p = tasks::progress(&mut c, &keys, "p").await.unwrap();
+        assert_eq!((p.submitted, p.finished, p.failed), (1, 1, 0));
+    })
+    .await;
+}
