@@ -433,3 +433,95 @@ async fn task_results_are_fenced_by_the_submitting_term_and_the_workers_claim() 
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_fanned_out_reconciliation_writes_exactly_the_sequential_report() {
+    deadline(Duration::from_secs(240), async {
+        let redis = RedisServer::start().await;
+        let dir = TempDir::new("fanout-recon");
+        let (jobs, data) = (dir.join("jobs"), dir.join("data"));
+        std::fs::create_dir_all(&jobs).unwrap();
+        // One component as two jobs, on the same generated day: one sequential, one fanned out
+        // in three parts (its data directory asks for it).
+        for job in ["recon-seq", "recon-fan"] {
+            std::fs::copy(
+                guests().wasm("reconciliation"),
+                jobs.join(format!("{job}.wasm")),
+            )
+            .unwrap();
+            std::fs::write(
+                jobs.join(format!("{job}.toml")),
+                format!("name = \"{job}\"\n"),
+            )
+            .unwrap();
+            leasehold_harness::fixtures::write_generated_day(&data, job, "2026-11-27", 20_000, 3)
+                .unwrap();
+        }
+        std::fs::write(data.join("recon-fan/fan-out"), "3").unwrap();
+        let recorder = Recorder::start(&redis).await;
+        let hosts: Vec<HostProcess> = (0..2)
+            .map(|i| {
+                HostProcess::start_node(
+                    LEASEHOLD,
+                    &redis.url(),
+                    &jobs,
+                    &format!("r{i}"),
+                    ("2s", "400ms"),
+                    &["--data-dir", data.to_str().unwrap()],
+                )
+            })
+            .collect();
+        for job in ["recon-seq", "recon-fan"] {
+            crate::harness::trigger(&redis, job, "2026-11-27");
+        }
+        for job in ["recon-seq", "recon-fan"] {
+            wait_for(
+                &format!("{job} to be done"),
+                Duration::from_secs(180),
+                || async {
+                    crate::harness::run_record(&redis, job, "2026-11-27")
+                        .await
+                        .filter(|r| r["status"] == "done")
+                },
+            )
+            .await;
+        }
+        let fan = crate::harness::run_record(&redis, "recon-fan", "2026-11-27")
+            .await
+            .unwrap();
+        assert_eq!(fan["step"], 2, "the fanned-out run is two steps: {fan}");
+        // Every report key of the fanned-out run holds the sequential run's bytes.
+        let mut c = redis.conn().await;
+        let names = |job: &str| format!("lh:{{{job}}}:data:report/*");
+        let mut seq: Vec<String> = c.keys(names("recon-seq")).await.unwrap();
+        let mut fanned: Vec<String> = c.keys(names("recon-fan")).await.unwrap();
+        seq.sort();
+        fanned.sort();
+        assert_eq!(
+            seq.iter()
+                .map(|k| k.replace("recon-seq", ""))
+                .collect::<Vec<_>>(),
+            fanned
+                .iter()
+                .map(|k| k.replace("recon-fan", ""))
+                .collect::<Vec<_>>()
+        );
+        assert!(seq.len() > 4, "{seq:?}");
+        for (s, f) in seq.iter().zip(&fanned) {
+            let (a, b): (Vec<u8>, Vec<u8>) = (c.get(s).await.unwrap(), c.get(f).await.unwrap());
+            assert!(a == b, "{f} differs from {s}");
+        }
+        // Its parts ran as tasks, fenced; the run's task records left with it.
+        let ran: usize = hosts
+            .iter()
+            .map(|h| h.log_lines_with("\"task done\"").len())
+            .sum();
+        assert_eq!(ran, 3);
+        recorder
+            .check()
+            .unwrap_or_else(|v| panic!("fencing violated:\n{v}"));
+        let left: bool = c.exists("lh:{recon-fan}:task:2026-11-27").await.unwrap();
+        assert!(!left);
+    })
+    .await;
+}

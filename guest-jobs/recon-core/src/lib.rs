@@ -32,6 +32,11 @@
 //!
 //! After the last bank line, every unused ledger entry is **missing in bank**.
 //!
+//! # In parts
+//!
+//! The same results come from matching independent parts of the day separately (a job fanned
+//! out to several workers): see [`partition`], [`reconcile_part`] and [`assemble`].
+//!
 //! Totals ([`Totals`]): line counts of both files, counts of each category (matched, split
 //! by kind; amount mismatches; missing in ledger; missing in bank), the bank total, the
 //! ledger total, the sum of matched amounts, and the net difference (bank − ledger).
@@ -74,6 +79,7 @@ mod generate;
 mod hash;
 mod matcher;
 mod parse;
+mod parts;
 mod progress;
 mod report;
 
@@ -86,9 +92,10 @@ pub use date::{
 };
 pub use generate::{DEFAULT_GENERATED_DATE, Generated, generate, generate_on};
 pub use matcher::{
-    BankRef, Chunk, EntryRef, LedgerRef, MatchKind, Matched, Matcher, Mismatch, missing_in_bank,
-    reconcile_chunk,
+    BankRef, Chunk, EntryRef, LedgerRef, MatchKind, Matched, Matcher, Mismatch, Outcome,
+    missing_in_bank, reconcile_chunk,
 };
 pub use parse::{Entry, HEADER, ParseError, parse_entries};
+pub use parts::{PartResult, Parts, PartsError, assemble, partition, reconcile_part};
 pub use progress::{Progress, StateError, Totals};
 pub use report::{DEFAULT_TOLERANCE_DAYS, Report, input_fingerprint, reconcile};

@@ -348,64 +348,108 @@ pub fn reconcile_chunk(
         end,
         ..Chunk::default()
     };
-    let totals = &mut progress.totals;
     for b in &bank[start..end] {
-        totals.bank_lines += 1;
-        totals.bank_total_cents = totals.bank_total_cents.saturating_add(b.amount_cents);
-
-        if !b.reference.is_empty()
-            && let Some(i) = matcher.find_by_reference(&b.reference, &progress.used)
-        {
+        let outcome = matcher.decide(b, ledger, &progress.used);
+        if let Some(i) = outcome.ledger() {
             progress.used.set(i);
-            let l = &ledger[i as usize];
-            if l.amount_cents == b.amount_cents {
-                totals.matched += 1;
-                totals.matched_by_reference += 1;
-                totals.matched_total_cents =
-                    totals.matched_total_cents.saturating_add(b.amount_cents);
-                chunk.matched.push(Matched {
-                    bank_id: b.id.clone(),
-                    ledger_id: l.id.clone(),
-                    kind: MatchKind::Reference,
-                    amount_cents: b.amount_cents,
-                    days_apart: l.date - b.date,
-                });
-            } else {
-                totals.amount_mismatches += 1;
-                chunk.mismatches.push(Mismatch {
-                    bank_id: b.id.clone(),
-                    ledger_id: l.id.clone(),
-                    reference: b.reference.clone(),
-                    bank_amount_cents: b.amount_cents,
-                    ledger_amount_cents: l.amount_cents,
-                    difference_cents: b.amount_cents.saturating_sub(l.amount_cents),
-                });
-            }
-            continue;
         }
-
-        if let Some(i) = matcher.find_by_amount_date(b, &progress.used) {
-            progress.used.set(i);
-            let l = &ledger[i as usize];
-            totals.matched += 1;
-            totals.matched_by_amount_date += 1;
-            totals.matched_total_cents = totals.matched_total_cents.saturating_add(b.amount_cents);
-            chunk.matched.push(Matched {
-                bank_id: b.id.clone(),
-                ledger_id: l.id.clone(),
-                kind: MatchKind::AmountDate,
-                amount_cents: b.amount_cents,
-                days_apart: l.date - b.date,
-            });
-            continue;
-        }
-
-        totals.missing_in_ledger += 1;
-        chunk.missing_in_ledger.push(BankRef::from(b));
+        record(b, ledger, outcome, &mut progress.totals, &mut chunk);
     }
     progress.next_bank = end;
     matcher.synced_at = Some(end);
     chunk
+}
+
+/// What the rules decided for one bank line; the ledger entry it used, by index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Rule 1 with equal amounts.
+    Reference(u32),
+    /// Rule 1 with different amounts: an amount mismatch.
+    Mismatch(u32),
+    /// Rule 2.
+    AmountDate(u32),
+    /// Missing in ledger.
+    Missing,
+}
+
+impl Outcome {
+    /// The ledger entry the bank line used, if any.
+    pub fn ledger(self) -> Option<u32> {
+        match self {
+            Outcome::Reference(i) | Outcome::Mismatch(i) | Outcome::AmountDate(i) => Some(i),
+            Outcome::Missing => None,
+        }
+    }
+}
+
+impl Matcher<'_> {
+    /// The rules for bank line `b`, given the ledger entries already `used`.
+    pub(crate) fn decide(&mut self, b: &Entry, ledger: &[Entry], used: &Bitmap) -> Outcome {
+        if !b.reference.is_empty()
+            && let Some(i) = self.find_by_reference(&b.reference, used)
+        {
+            return if ledger[i as usize].amount_cents == b.amount_cents {
+                Outcome::Reference(i)
+            } else {
+                Outcome::Mismatch(i)
+            };
+        }
+        match self.find_by_amount_date(b, used) {
+            Some(i) => Outcome::AmountDate(i),
+            None => Outcome::Missing,
+        }
+    }
+}
+
+/// Records what `outcome` says of bank line `b` (the ledger entry it names is `ledger`'s):
+/// the totals it adds to, and its item in `chunk`.
+pub(crate) fn record(
+    b: &Entry,
+    ledger: &[Entry],
+    outcome: Outcome,
+    totals: &mut crate::progress::Totals,
+    chunk: &mut Chunk,
+) {
+    totals.bank_lines += 1;
+    totals.bank_total_cents = totals.bank_total_cents.saturating_add(b.amount_cents);
+    match outcome {
+        Outcome::Reference(i) | Outcome::AmountDate(i) => {
+            let l = &ledger[i as usize];
+            let kind = if matches!(outcome, Outcome::Reference(_)) {
+                totals.matched_by_reference += 1;
+                MatchKind::Reference
+            } else {
+                totals.matched_by_amount_date += 1;
+                MatchKind::AmountDate
+            };
+            totals.matched += 1;
+            totals.matched_total_cents = totals.matched_total_cents.saturating_add(b.amount_cents);
+            chunk.matched.push(Matched {
+                bank_id: b.id.clone(),
+                ledger_id: l.id.clone(),
+                kind,
+                amount_cents: b.amount_cents,
+                days_apart: l.date - b.date,
+            });
+        }
+        Outcome::Mismatch(i) => {
+            let l = &ledger[i as usize];
+            totals.amount_mismatches += 1;
+            chunk.mismatches.push(Mismatch {
+                bank_id: b.id.clone(),
+                ledger_id: l.id.clone(),
+                reference: b.reference.clone(),
+                bank_amount_cents: b.amount_cents,
+                ledger_amount_cents: l.amount_cents,
+                difference_cents: b.amount_cents.saturating_sub(l.amount_cents),
+            });
+        }
+        Outcome::Missing => {
+            totals.missing_in_ledger += 1;
+            chunk.missing_in_ledger.push(BankRef::from(b));
+        }
+    }
 }
 
 /// Every ledger entry not used by a match or mismatch, in ledger file order. Call it once

@@ -586,3 +586,86 @@ fn million_rows_in_steps() {
         state.len()
     );
 }
+
+/// The day reconciled in `parts` parts (each through its bytes, as a task returns it) and
+/// assembled in chunks of `chunk` lines equals the sequential run in the same chunks.
+fn assert_parts_invariant(
+    bank: &[Entry],
+    ledger: &[Entry],
+    tolerance: i32,
+    parts: u32,
+    chunk: usize,
+) {
+    let p = partition(bank, ledger, parts);
+    assert_eq!(
+        p,
+        partition(bank, ledger, parts),
+        "the partition is deterministic"
+    );
+    let results: Vec<PartResult> = (0..parts)
+        .map(|i| {
+            let r = reconcile_part(bank.to_vec(), ledger.to_vec(), &p, i, tolerance);
+            PartResult::from_bytes(&r.to_bytes()).unwrap()
+        })
+        .collect();
+    let (chunks, progress) = assemble(bank, ledger, &results, chunk).unwrap();
+    let mut matcher = Matcher::new(ledger, tolerance);
+    let mut sequential = Progress::new(ledger.len());
+    for (n, got) in chunks.iter().enumerate() {
+        let want = reconcile_chunk(bank, ledger, &mut matcher, &mut sequential, chunk);
+        assert_eq!(got, &want, "chunk {n} of {parts} parts");
+    }
+    assert!(sequential.bank_done(bank.len()));
+    assert_eq!(progress, sequential, "{parts} parts");
+    assert_eq!(
+        progress.final_totals(ledger),
+        sequential.final_totals(ledger)
+    );
+}
+
+#[test]
+fn parts_reconcile_exactly_as_one_pass() {
+    let (bank, ledger) = sample();
+    for parts in [1, 2, 3, 16] {
+        assert_parts_invariant(&bank, &ledger, 2, parts, 4);
+    }
+    let data = generate(3_000, 11);
+    let bank = parse_entries(&data.bank_csv, "bank.csv").unwrap();
+    let ledger = parse_entries(&data.ledger_csv, "ledger.csv").unwrap();
+    for parts in [1, 2, 7] {
+        assert_parts_invariant(&bank, &ledger, 2, parts, 187);
+    }
+    // Every part has work on a generated day: its groups are small.
+    let p = partition(&bank, &ledger, 4);
+    for part in 0..4 {
+        let n = p.bank.iter().filter(|x| **x == part).count();
+        assert!(
+            (600..=900).contains(&n),
+            "part {part} has {n} of 3000 lines"
+        );
+    }
+    // Collision-heavy days (few amounts and references, so few big groups).
+    let mut rng = SplitMix64::new(5);
+    for _ in 0..100 {
+        let (b, l) = (rng.below(40) as usize, rng.below(40) as usize);
+        let bank = random_entries(&mut rng, "B", b);
+        let ledger = random_entries(&mut rng, "L", l);
+        let tolerance = rng.below(4) as i32;
+        let (parts, chunk) = (1 + rng.below(4) as u32, 1 + rng.below(9) as usize);
+        assert_parts_invariant(&bank, &ledger, tolerance, parts, chunk);
+    }
+}
+
+#[test]
+fn results_that_do_not_fit_the_day_are_refused() {
+    let (bank, ledger) = sample();
+    let p = partition(&bank, &ledger, 2);
+    let one = reconcile_part(bank.clone(), ledger.clone(), &p, 0, 2);
+    // A part missing: its lines are in no part.
+    assert!(assemble(&bank, &ledger, &[one.clone()], 4).is_err());
+    // A part twice: its lines are in two parts.
+    let two = reconcile_part(bank.clone(), ledger.clone(), &p, 1, 2);
+    assert!(assemble(&bank, &ledger, &[one.clone(), two.clone(), one], 4).is_err());
+    assert!(PartResult::from_bytes(&[0u8; 10]).is_err());
+    assert!(assemble(&bank, &ledger, &[two], 4).is_err());
+}

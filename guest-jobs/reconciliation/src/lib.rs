@@ -13,15 +13,25 @@
 //! - `report/<period>`: JSON summary: totals, number of parts, tolerance;
 //! - `report/<period>/text`: the human-readable report (totals and every exception, up to
 //!   [`LISTED`] per category).
+//!
+//! **Fanned out.** When `/data/fan-out` holds a number `N` (at least 1), the run hands the
+//! matching to every replica instead (it is a `fan-out-job`): step 0 submits `N` tasks and
+//! awaits them; task `i` parses the day, splits it into `N` independent parts
+//! ([`recon_core::partition`]: lines that can never compete for a ledger entry) and matches
+//! part `i`; step 1 puts the parts' results back in bank order ([`recon_core::assemble`]) and
+//! writes exactly what the sequential run writes (the same parts, report and summary, byte for
+//! byte) with the totals computed in the leader's step.
 
+use leasehold_guest::fan_out::{Guest, Task};
 use leasehold_guest::log::{Level, write as log};
 use leasehold_guest::prelude::*;
-use leasehold_guest::store;
+use leasehold_guest::{store, tasks};
 use recon_core::{
-    Chunk, DEFAULT_TOLERANCE_DAYS, Entry, Matcher, Progress, Totals, format_cents,
-    input_fingerprint, missing_in_bank, parse_entries, reconcile_chunk,
+    Chunk, DEFAULT_TOLERANCE_DAYS, Entry, Matcher, PartResult, Progress, Totals, assemble,
+    format_cents, input_fingerprint, missing_in_bank, parse_entries, partition, reconcile_chunk,
+    reconcile_part,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Exceptions listed per category in the text report.
 const LISTED: usize = 50;
@@ -31,6 +41,47 @@ const MIN_CHUNK: usize = 4;
 const MAX_CHUNK: usize = 20_000;
 
 struct Reconciliation;
+
+/// What a fanned-out run's task works on, and what its steps carry between them.
+#[derive(Serialize, Deserialize)]
+struct Fanned {
+    /// This part (a task's payload), or none (the run's state).
+    part: Option<u32>,
+    /// How many parts.
+    parts: u32,
+    /// The inputs the run started with.
+    fingerprint: u64,
+}
+
+/// The number of parts `/data/fan-out` asks for, if it asks.
+fn fan_out() -> Result<Option<u32>, JobError> {
+    match std::fs::read_to_string("/data/fan-out") {
+        Ok(text) => match text.trim().parse::<u32>() {
+            Ok(n) if n >= 1 => Ok(Some(n)),
+            _ => Err(JobError::Failed(format!(
+                "/data/fan-out must hold a number of parts of at least 1, not {:?}",
+                text.trim()
+            ))),
+        },
+        Err(_) => Ok(None),
+    }
+}
+
+/// Both files of `period`, parsed, and their fingerprint.
+fn inputs(period: &str) -> Result<(Vec<Entry>, Vec<Entry>, u64), JobError> {
+    let bank_csv = read_input(period, "bank.csv")?;
+    let ledger_csv = read_input(period, "ledger.csv")?;
+    let bank = parse_entries(&bank_csv, "bank.csv").map_err(|e| JobError::Failed(e.to_string()))?;
+    let ledger =
+        parse_entries(&ledger_csv, "ledger.csv").map_err(|e| JobError::Failed(e.to_string()))?;
+    let fingerprint = input_fingerprint(&bank_csv, &ledger_csv, DEFAULT_TOLERANCE_DAYS);
+    Ok((bank, ledger, fingerprint))
+}
+
+/// Statement lines per part of the report (and per step of a sequential run).
+fn chunk_lines(bank_lines: usize) -> usize {
+    (bank_lines / STEPS).clamp(MIN_CHUNK, MAX_CHUNK)
+}
 
 #[derive(Serialize)]
 struct Summary<'a> {
@@ -204,6 +255,18 @@ impl Guest for Reconciliation {
             return Err(JobError::LostLeadership);
         }
         let period = run.period.as_str();
+        // A fanned-out run: chosen at its first step, carried in its state after.
+        let fanned = match &state {
+            None => fan_out()?.map(|parts| Fanned {
+                part: None,
+                parts,
+                fingerprint: 0,
+            }),
+            Some(bytes) => serde_json::from_slice::<Fanned>(bytes).ok(),
+        };
+        if let Some(f) = fanned {
+            return fanned_step(term, period, step, f);
+        }
         let bank_csv = read_input(period, "bank.csv")?;
         let ledger_csv = read_input(period, "ledger.csv")?;
         let bank =
@@ -236,9 +299,14 @@ impl Guest for Reconciliation {
         }
 
         if !progress.bank_done(bank.len()) {
-            let chunk_lines = (bank.len() / STEPS).clamp(MIN_CHUNK, MAX_CHUNK);
             let mut matcher = Matcher::new(&ledger, DEFAULT_TOLERANCE_DAYS);
-            let chunk = reconcile_chunk(&bank, &ledger, &mut matcher, &mut progress, chunk_lines);
+            let chunk = reconcile_chunk(
+                &bank,
+                &ledger,
+                &mut matcher,
+                &mut progress,
+                chunk_lines(bank.len()),
+            );
             put_json(&format!("report/{period}/part-{step}"), &chunk)?;
             log(
                 Level::Info,
@@ -252,40 +320,138 @@ impl Guest for Reconciliation {
             return Ok(StepOutcome::Continue(progress.to_bytes()));
         }
 
-        // Last step: what the bank never showed, the totals, and the report.
-        let totals = progress.final_totals(&ledger);
-        let missing = missing_in_bank(&ledger, &progress);
-        put_json(&format!("report/{period}/missing-in-bank"), &missing)?;
-        let mut text = text_report(period, &totals, step)?;
-        text.push_str(&missing_in_bank_text(
-            &ledger,
-            &progress,
-            totals.missing_in_bank,
-        ));
-        put(&format!("report/{period}/text"), text.as_bytes())?;
-        put_json(
-            &format!("report/{period}"),
-            &Summary {
-                period,
-                tolerance_days: DEFAULT_TOLERANCE_DAYS,
-                parts: step,
-                totals: &totals,
-            },
-        )?;
+        finish(term, period, step, &ledger, &progress)
+    }
+
+    fn run_task(term: &Term, run: RunInfo, task: Task) -> Result<Vec<u8>, JobError> {
+        let f: Fanned = serde_json::from_slice(&task.payload)
+            .map_err(|e| JobError::Failed(format!("task {} is not a part: {e}", task.id)))?;
+        let part = f
+            .part
+            .ok_or_else(|| JobError::Failed(format!("task {} names no part", task.id)))?;
+        let (bank, ledger, fingerprint) = inputs(&run.period)?;
+        if fingerprint != f.fingerprint {
+            return Err(JobError::Failed(format!(
+                "the input files for {} changed after the run started; a run never mixes inputs",
+                run.period
+            )));
+        }
+        if !term.still_leader() {
+            return Err(JobError::LostLeadership);
+        }
+        let parts = partition(&bank, &ledger, f.parts);
+        let result = reconcile_part(bank, ledger, &parts, part, DEFAULT_TOLERANCE_DAYS);
         log(
             Level::Info,
             &format!(
-                "{period}: reconciled, token {}: {} matched, {} mismatches, {} missing in ledger, {} missing in bank, net difference {}",
-                term.token(),
-                totals.matched,
-                totals.amount_mismatches,
-                totals.missing_in_ledger,
-                totals.missing_in_bank,
-                format_cents(totals.net_difference_cents)
+                "{}: part {part} of {}: {} statement lines matched",
+                run.period,
+                f.parts,
+                result.lines.len()
             ),
         );
-        Ok(StepOutcome::Done)
+        Ok(result.to_bytes())
     }
 }
 
-leasehold_guest::export!(Reconciliation);
+/// A fanned-out run's steps: 0 submits one task per part and awaits them; 1 assembles their
+/// results and finishes exactly as the sequential run's last steps do.
+fn fanned_step(
+    term: &Term,
+    period: &str,
+    step: u32,
+    mut f: Fanned,
+) -> Result<StepOutcome, JobError> {
+    let (bank, ledger, fingerprint) = inputs(period)?;
+    if step == 0 {
+        f.fingerprint = fingerprint;
+        let work: Vec<Task> = (0..f.parts)
+            .map(|i| Task {
+                id: format!("part-{i}"),
+                payload: serde_json::to_vec(&Fanned {
+                    part: Some(i),
+                    parts: f.parts,
+                    fingerprint,
+                })
+                .expect("a part serializes"),
+            })
+            .collect();
+        tasks::submit(&work)?;
+        log(
+            Level::Info,
+            &format!(
+                "{period}: {} statement lines fanned out in {} parts",
+                bank.len(),
+                f.parts
+            ),
+        );
+        let state = serde_json::to_vec(&f).map_err(|e| JobError::Failed(e.to_string()))?;
+        return Ok(StepOutcome::AwaitTasks(state));
+    }
+    if f.fingerprint != fingerprint {
+        return Err(JobError::Failed(format!(
+            "the input files for {period} changed after the run started; a run never mixes inputs"
+        )));
+    }
+    let mut results = Vec::new();
+    for i in 0..f.parts {
+        let bytes = tasks::output(&format!("part-{i}"))?
+            .ok_or_else(|| JobError::Failed(format!("part {i} has no result")))?;
+        results.push(PartResult::from_bytes(&bytes).map_err(|e| JobError::Failed(e.to_string()))?);
+    }
+    let (chunks, progress) = assemble(&bank, &ledger, &results, chunk_lines(bank.len()))
+        .map_err(|e| JobError::Failed(format!("the parts do not make the day: {e}")))?;
+    if !term.still_leader() {
+        return Err(JobError::LostLeadership);
+    }
+    // The parts of the report, as the sequential run writes one per step.
+    for (n, chunk) in chunks.iter().enumerate() {
+        put_json(&format!("report/{period}/part-{n}"), chunk)?;
+    }
+    finish(term, period, chunks.len() as u32, &ledger, &progress)
+}
+
+/// The last step: what the bank never showed, the totals, and the report, after `parts` parts.
+fn finish(
+    term: &Term,
+    period: &str,
+    step: u32,
+    ledger: &[Entry],
+    progress: &Progress,
+) -> Result<StepOutcome, JobError> {
+    // Last step: what the bank never showed, the totals, and the report.
+    let totals = progress.final_totals(ledger);
+    let missing = missing_in_bank(ledger, progress);
+    put_json(&format!("report/{period}/missing-in-bank"), &missing)?;
+    let mut text = text_report(period, &totals, step)?;
+    text.push_str(&missing_in_bank_text(
+        ledger,
+        progress,
+        totals.missing_in_bank,
+    ));
+    put(&format!("report/{period}/text"), text.as_bytes())?;
+    put_json(
+        &format!("report/{period}"),
+        &Summary {
+            period,
+            tolerance_days: DEFAULT_TOLERANCE_DAYS,
+            parts: step,
+            totals: &totals,
+        },
+    )?;
+    log(
+        Level::Info,
+        &format!(
+            "{period}: reconciled, token {}: {} matched, {} mismatches, {} missing in ledger, {} missing in bank, net difference {}",
+            term.token(),
+            totals.matched,
+            totals.amount_mismatches,
+            totals.missing_in_ledger,
+            totals.missing_in_bank,
+            format_cents(totals.net_difference_cents)
+        ),
+    );
+    Ok(StepOutcome::Done)
+}
+
+leasehold_guest::export_fan_out!(Reconciliation);
