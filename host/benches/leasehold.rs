@@ -3,7 +3,9 @@
 //! ```text
 //! cargo bench --bench leasehold                      # everything, a few minutes
 //! cargo bench --bench leasehold -- --only failover   # one section (failover, handover,
-//!                                                    # write, guest, recon, scale, cold)
+//!                                                    # write, batch, guest, recon, scale,
+//!                                                    # scale10k, cluster, tasks, fanout,
+//!                                                    # cold, python)
 //! cargo bench --bench leasehold -- --trials 5 --rows 200000 --jobs 300
 //! ```
 //!
@@ -23,6 +25,13 @@ use leasehold::term::Term;
 use leasehold_harness::guests::Profile;
 use leasehold_harness::{HostProcess, RedisServer, TempDir, fixtures, poll_until};
 use redis::AsyncCommands;
+
+#[path = "leasehold/cluster.rs"]
+mod cluster;
+#[path = "leasehold/fanout.rs"]
+mod fanout;
+#[path = "leasehold/scale.rs"]
+mod scale;
 
 /// The `leasehold` binary built with this benchmark (the release profile under `cargo bench`).
 const LEASEHOLD: &str = env!("CARGO_BIN_EXE_leasehold");
@@ -126,6 +135,17 @@ fn timestamp(line: &str) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_micros(t.timestamp_micros() as u64)
 }
 
+/// Polls the async `probe` every 50 ms until it returns `Some`; panics after `limit`.
+async fn wait_async<T, F, Fut>(what: &str, limit: Duration, probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    poll_until(what, limit, Duration::from_millis(50), probe)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
 async fn wait<T, F: FnMut() -> Option<T>>(what: &str, limit: Duration, mut f: F) -> T {
     // Polled every 2 ms: the benchmarks time what they wait for.
     poll_until(what, limit, Duration::from_millis(2), || {
@@ -137,7 +157,10 @@ async fn wait<T, F: FnMut() -> Option<T>>(what: &str, limit: Duration, mut f: F)
 
 /// Three replicas of the `pulse` job (a run that never ends, one 5 ms step after another).
 struct Pulse {
-    redis: RedisServer,
+    url: String,
+    conn: leasehold::redis_conn::Conn,
+    /// The Redis (a server or a cluster) the replicas use, kept alive.
+    _store: Box<dyn std::any::Any>,
     dir: TempDir,
     hosts: Vec<HostProcess>,
     ttl: &'static str,
@@ -147,6 +170,18 @@ struct Pulse {
 impl Pulse {
     async fn start(guests: &Path, ttl: &'static str, heartbeat: &'static str) -> Self {
         let redis = RedisServer::start().await;
+        let url = redis.url();
+        Self::start_on(guests, url, Box::new(redis), ttl, heartbeat).await
+    }
+
+    /// Three replicas against `url` (`store` keeps its Redis alive).
+    async fn start_on(
+        guests: &Path,
+        url: String,
+        store: Box<dyn std::any::Any>,
+        ttl: &'static str,
+        heartbeat: &'static str,
+    ) -> Self {
         let dir = TempDir::new("bench-pulse");
         std::fs::create_dir_all(dir.join("jobs")).unwrap();
         std::fs::create_dir_all(dir.join("data/benchjob")).unwrap();
@@ -155,8 +190,17 @@ impl Pulse {
             &guests.join("benchjob.wasm"),
             &dir.join("jobs/benchjob.wasm"),
         );
+        let conn = leasehold::redis_conn::Conn::connect(
+            &url,
+            Duration::from_secs(2),
+            Some(Duration::from_secs(5)),
+        )
+        .await
+        .unwrap();
         let mut p = Pulse {
-            redis,
+            url,
+            conn,
+            _store: store,
             dir,
             hosts: Vec::new(),
             ttl,
@@ -174,7 +218,7 @@ impl Pulse {
         let cache = self.dir.join("cache");
         HostProcess::start_node(
             LEASEHOLD,
-            &self.redis.url(),
+            &self.url,
             &self.dir.join("jobs"),
             &format!("n{i}"),
             (self.ttl, self.heartbeat),
@@ -191,13 +235,7 @@ impl Pulse {
     async fn leader(&self) -> usize {
         let start = Instant::now();
         loop {
-            let owner: Option<String> = self
-                .redis
-                .conn()
-                .await
-                .get("lh:{benchjob}:lease")
-                .await
-                .unwrap();
+            let owner: Option<String> = self.conn.clone().get("lh:{benchjob}:lease").await.unwrap();
             if let Some(i) = owner
                 .and_then(|o| o.strip_prefix('n').map(|r| r.to_string()))
                 .and_then(|r| r.split(':').next().and_then(|n| n.parse::<usize>().ok()))
@@ -222,9 +260,22 @@ impl Pulse {
         }
     }
 
+    /// Hand-overs to preferred members logged so far (balancing moves the pulse run too).
+    fn hand_overs(&self) -> usize {
+        self.hosts
+            .iter()
+            .map(|h| {
+                h.log_lines_with("handing over to the job's preferred member")
+                    .len()
+            })
+            .sum()
+    }
+
     /// Stops the leader (SIGKILL, or SIGTERM when `graceful`) and returns the time until
-    /// another host starts its first step (logged just before it: "resuming run").
-    async fn trial(&mut self, graceful: bool) -> f64 {
+    /// another host starts its first step (logged just before it: "resuming run"); `None`
+    /// when a balancing hand-over moved the run meanwhile (the trial is not a failover).
+    async fn trial(&mut self, graceful: bool) -> Option<f64> {
+        let handed = self.hand_overs();
         let i = self.leader().await;
         let before: Vec<usize> = self
             .hosts
@@ -246,11 +297,23 @@ impl Pulse {
         })
         .await;
         let ms = resumed.duration_since(t0).unwrap_or_default().as_secs_f64() * 1e3;
+        let moved = self.hand_overs() > handed;
         self.hosts[i] = self.host(i);
         self.hosts[i]
             .wait_for_log("node started", Duration::from_secs(60))
             .await;
-        ms
+        (!moved).then_some(ms)
+    }
+
+    /// `n` trials that were failovers (trials a hand-over disturbed are run again).
+    async fn trials(&mut self, n: usize, graceful: bool) -> Vec<f64> {
+        let mut v = Vec::new();
+        while v.len() < n {
+            if let Some(ms) = self.trial(graceful).await {
+                v.push(ms);
+            }
+        }
+        v
     }
 }
 
@@ -258,10 +321,7 @@ async fn failover(guests: &Path, o: &Options, rows: &mut Vec<Row>) {
     for (ttl, hb, ttl_ms) in [("1s", "200ms", 1000.0), ("10s", "2s", 10_000.0)] {
         eprintln!("crash failover, ttl {ttl}: {} trials", o.trials);
         let mut p = Pulse::start(guests, ttl, hb).await;
-        let mut v = Vec::new();
-        for _ in 0..o.trials {
-            v.push(p.trial(false).await);
-        }
+        let mut v = p.trials(o.trials, false).await;
         let (min, med, p99) = summary(&mut v);
         rows.push(row(
             &format!(
@@ -279,10 +339,7 @@ async fn failover(guests: &Path, o: &Options, rows: &mut Vec<Row>) {
 async fn handover(guests: &Path, o: &Options, rows: &mut Vec<Row>) {
     eprintln!("graceful handover: {} trials", o.trials);
     let mut p = Pulse::start(guests, "10s", "2s").await;
-    let mut v = Vec::new();
-    for _ in 0..o.trials {
-        v.push(p.trial(true).await);
-    }
+    let mut v = p.trials(o.trials, true).await;
     let (min, med, p99) = summary(&mut v);
     rows.push(row(
         &format!(
@@ -362,6 +419,59 @@ async fn writes(rows: &mut Vec<Row>) {
         &format!("SET {set_rate:.0}/s; pipelined SET ×100 {piped_rate:.0}/s"),
         "-",
         None,
+    ));
+}
+
+/// A step writing 10,000 keys of 100 bytes: one `store.write` each, or one `store.write-many`,
+/// beside 10,000 `SET`s in one pipeline.
+async fn batch(guests: &Path, rows: &mut Vec<Row>) {
+    eprintln!("a step writing 10,000 keys");
+    let redis = RedisServer::start().await;
+    let runtime = Runtime::new(HostLimits::default()).unwrap();
+    let job = runtime
+        .load(&guests.join("benchjob.wasm"))
+        .await
+        .expect("benchjob loads");
+    let (ctx, _term) = step_context(&redis, "benchjob").await;
+    let rate = |mode: &'static str| {
+        let (runtime, job, ctx) = (&runtime, &job, &ctx);
+        async move {
+            let mut v = Vec::new();
+            for _ in 0..5 {
+                let t = Instant::now();
+                let out = runtime
+                    .run_step(job, ctx_clone(ctx, None), &run_info(mode), 0, None)
+                    .await;
+                assert!(matches!(out, Ok(StepOutcome::Done)), "{mode}: {out:?}");
+                v.push(10_000.0 / t.elapsed().as_secs_f64());
+            }
+            summary(&mut v).1
+        }
+    };
+    let one = rate("write-one").await;
+    let many = rate("write-many").await;
+    let mut c = redis.conn().await;
+    let value = vec![b'x'; 100];
+    let mut piped = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        let mut pipe = redis::pipe();
+        for i in 0..10_000 {
+            pipe.set(format!("bench:piped:{i}"), &value).ignore();
+        }
+        let _: () = pipe.query_async(&mut c).await.unwrap();
+        piped.push(10_000.0 / t.elapsed().as_secs_f64());
+    }
+    let (_, piped, _) = summary(&mut piped);
+    rows.push(row(
+        "a step writing 10,000 keys of 100 B (keys per second, median of 5)",
+        format!(
+            "store.write-many {many:.0}/s ({:.0}× one at a time); store.write one at a time {one:.0}/s",
+            many / one
+        ),
+        &format!("pipelined SET ({:.0}/s, unfenced)", piped),
+        "batched ≥ 20 × one at a time",
+        Some(many >= 20.0 * one),
     ));
 }
 
@@ -596,269 +706,6 @@ async fn recon(guests: &Path, o: &Options, rows: &mut Vec<Row>) {
             Some(false),
         )),
     }
-}
-
-/// CPU seconds and resident memory of a process, from /proc.
-fn cpu_and_rss(pid: u32) -> (f64, u64) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|x| x.1)
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let ticks: f64 = fields
-        .get(11)
-        .and_then(|f| f.parse::<f64>().ok())
-        .unwrap_or(0.0)
-        + fields
-            .get(12)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0);
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let rss_kb = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    (ticks / 100.0, rss_kb * 1024)
-}
-
-/// `INFO commandstats`: calls per command.
-async fn command_calls(
-    c: &mut redis::aio::MultiplexedConnection,
-) -> std::collections::BTreeMap<String, u64> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(c)
-        .await
-        .unwrap();
-    info.lines()
-        .filter_map(|l| {
-            let rest = l.strip_prefix("cmdstat_")?;
-            let (name, stats) = rest.split_once(':')?;
-            let calls = stats
-                .split(',')
-                .find_map(|kv| kv.strip_prefix("calls="))?
-                .parse()
-                .ok()?;
-            Some((name.to_string(), calls))
-        })
-        .collect()
-}
-
-/// A host's `leasehold_redis_round_trips_total` by kind, from its `/metrics`.
-async fn round_trips(addr: &str) -> std::collections::BTreeMap<String, f64> {
-    let (code, body) = leasehold_harness::http(addr, "GET", "/metrics", None).await;
-    assert_eq!(code, 200);
-    let text = body
-        .as_str()
-        .map(str::to_string)
-        .unwrap_or_else(|| body.to_string());
-    text.lines()
-        .filter_map(|l| {
-            let rest = l.strip_prefix("leasehold_redis_round_trips_total{kind=\"")?;
-            let (kind, value) = rest.split_once("\"} ")?;
-            Some((kind.to_string(), value.trim().parse().ok()?))
-        })
-        .collect()
-}
-
-async fn scale(guests: &Path, o: &Options, rows: &mut Vec<Row>) {
-    let n = o.jobs;
-    eprintln!("{n} jobs across 3 replicas");
-    let redis = RedisServer::start().await;
-    let dir = TempDir::new("bench-scale");
-    let jobs = dir.join("jobs");
-    std::fs::create_dir_all(&jobs).unwrap();
-    // One component serving n jobs, each named by its sidecar.
-    place(&guests.join("benchjob.wasm"), &jobs.join("b00000.wasm"));
-    for i in 0..n {
-        if i > 0 {
-            std::os::unix::fs::symlink("b00000.wasm", jobs.join(format!("b{i:05}.wasm"))).unwrap();
-        }
-        std::fs::write(
-            jobs.join(format!("b{i:05}.toml")),
-            format!("name = \"bench-{i:05}\"\n"),
-        )
-        .unwrap();
-    }
-    let heartbeat = 2.0;
-    let hosts: Vec<HostProcess> = (0..3)
-        .map(|i| {
-            let cache = dir.join("cache");
-            HostProcess::start_node(
-                LEASEHOLD,
-                &redis.url(),
-                &jobs,
-                &format!("n{i}"),
-                ("10s", "2s"),
-                &[
-                    "--cache-dir",
-                    cache.to_str().unwrap(),
-                    "--http",
-                    "127.0.0.1:0",
-                ],
-            )
-        })
-        .collect();
-    let mut addrs = Vec::new();
-    for h in &hosts {
-        addrs.push(h.http_addr(Duration::from_secs(60)).await);
-    }
-    let mut c = redis.conn().await;
-    let start = Instant::now();
-    loop {
-        let leases: Vec<String> = c.keys("lh:*:lease").await.unwrap();
-        let done: Vec<String> = c.keys("lh:*:last").await.unwrap();
-        if leases.len() == n && done.len() == n {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(300),
-            "{n} jobs never all led and ran: {} leases, {} runs",
-            leases.len(),
-            done.len()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let settled = start.elapsed().as_secs_f64();
-    // Balance: how long until every replica leads within 10 % of its share.
-    let share = n as f64 / 3.0;
-    let balanced = loop {
-        let mut spread = std::collections::BTreeMap::<String, usize>::new();
-        for k in c.keys::<_, Vec<String>>("lh:*:lease").await.unwrap() {
-            let owner: String = c.get(&k).await.unwrap_or_default();
-            *spread
-                .entry(owner.split(':').next().unwrap_or("").to_string())
-                .or_insert(0) += 1;
-        }
-        if spread.len() == 3
-            && spread
-                .values()
-                .all(|v| (*v as f64 - share).abs() <= share * 0.1)
-        {
-            break Some(start.elapsed().as_secs_f64());
-        }
-        if start.elapsed() > Duration::from_secs(120) {
-            break None;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
-    // Steady state: measure a window of ten heartbeats.
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let window = Duration::from_secs(20);
-    let calls0 = command_calls(&mut c).await;
-    let mut trips0 = Vec::new();
-    for a in &addrs {
-        trips0.push(round_trips(a).await);
-    }
-    let cpu0: Vec<(f64, u64)> = hosts.iter().map(|h| cpu_and_rss(h.pid())).collect();
-    tokio::time::sleep(window).await;
-    let calls1 = command_calls(&mut c).await;
-    let mut trips1 = Vec::new();
-    for a in &addrs {
-        trips1.push(round_trips(a).await);
-    }
-    let cpu1: Vec<(f64, u64)> = hosts.iter().map(|h| cpu_and_rss(h.pid())).collect();
-    let secs = window.as_secs_f64();
-    let delta = |name: &str| {
-        calls1.get(name).copied().unwrap_or(0) - calls0.get(name).copied().unwrap_or(0)
-    };
-    let total: u64 = calls1
-        .iter()
-        .map(|(k, v)| v - calls0.get(k).copied().unwrap_or(0))
-        .sum::<u64>()
-        - delta("info");
-    let scripts = delta("evalsha") + delta("eval");
-    let mut by_command: Vec<(String, u64)> = calls1
-        .keys()
-        .map(|k| (k.clone(), delta(k)))
-        .filter(|(k, d)| *d > 0 && k != "info")
-        .collect();
-    by_command.sort_by_key(|c| std::cmp::Reverse(c.1));
-    let by_command: Vec<String> = by_command
-        .iter()
-        .take(6)
-        .map(|(k, d)| format!("{k} {:.0}/s", *d as f64 / secs))
-        .collect();
-    let beats = secs / heartbeat;
-    let per_host_beat = total as f64 / 3.0 / beats;
-    let mut spread = std::collections::BTreeMap::new();
-    for k in c.keys::<_, Vec<String>>("lh:*:lease").await.unwrap() {
-        let owner: String = c.get(&k).await.unwrap_or_default();
-        *spread
-            .entry(owner.split(':').next().unwrap_or("").to_string())
-            .or_insert(0) += 1;
-    }
-    let cpu: Vec<String> = cpu0
-        .iter()
-        .zip(&cpu1)
-        .map(|(a, b)| format!("{:.0}%", (b.0 - a.0) / secs * 100.0))
-        .collect();
-    let rss: Vec<String> = cpu1
-        .iter()
-        .map(|(_, r)| format!("{} MiB", r >> 20))
-        .collect();
-    // Round trips per host per heartbeat, from the hosts' own counters, by kind.
-    let mut kinds = std::collections::BTreeMap::<String, f64>::new();
-    for (a, b) in trips0.iter().zip(&trips1) {
-        for (k, v) in b {
-            *kinds.entry(k.clone()).or_default() +=
-                (v - a.get(k).copied().unwrap_or(0.0)) / 3.0 / beats;
-        }
-    }
-    let trips_per_beat: f64 = kinds.values().sum();
-    rows.push(row(
-        &format!("{n} jobs × 3 replicas: Redis round trips per host per heartbeat (2 s)"),
-        format!(
-            "{trips_per_beat:.1} ({})",
-            kinds
-                .iter()
-                .map(|(k, v)| format!("{k} {v:.1}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        "2,000+ before: one renewal and one state read per job",
-        "≤ 3",
-        Some(trips_per_beat <= 3.0),
-    ));
-    rows.push(row(
-        &format!("{n} jobs × 3 replicas: Redis commands per host per heartbeat (2 s)"),
-        format!(
-            "{per_host_beat:.0} ({:.0} commands/s in all, of which scripts {:.0}/s; {})",
-            total as f64 / secs,
-            scripts as f64 / secs,
-            by_command.join(", ")
-        ),
-        "-",
-        "one round trip per host per heartbeat",
-        Some(per_host_beat <= 1.0),
-    ));
-    rows.push(row(
-        &format!("{n} jobs × 3 replicas: host CPU, memory, leadership spread"),
-        format!(
-            "CPU {} · RSS {} · leaders {:?} · all led and run in {settled:.1} s",
-            cpu.join(" / "),
-            rss.join(" / "),
-            spread
-        ),
-        "-",
-        "-",
-        None,
-    ));
-    rows.push(row(
-        &format!("{n} jobs × 3 replicas: every replica within 10 % of {share:.0} jobs"),
-        match balanced {
-            Some(t) => format!("{t:.1} s after the replicas started"),
-            None => "not within 120 s".into(),
-        },
-        "KCL lease taker, Zeebe/Redpanda leadership balancing",
-        "within three heartbeats (6 s) of the last start",
-        Some(balanced.is_some_and(|t| t <= 6.0)),
-    ));
-    drop(hosts);
 }
 
 async fn cold(guests: &Path, rows: &mut Vec<Row>) {
@@ -1101,7 +948,22 @@ async fn main() {
         recon(&guests, &o, &mut rows).await;
     }
     if want("scale") {
-        scale(&guests, &o, &mut rows).await;
+        scale::scale(&guests, o.jobs, &mut rows).await;
+    }
+    if want("scale10k") {
+        scale::scale(&guests, 10_000, &mut rows).await;
+    }
+    if want("batch") {
+        batch(&guests, &mut rows).await;
+    }
+    if want("cluster") {
+        cluster::cluster(&guests, &o, &mut rows).await;
+    }
+    if want("tasks") {
+        fanout::tasks(&guests, &mut rows).await;
+    }
+    if want("fanout") {
+        fanout::reconciliation(&guests, &o, &mut rows).await;
     }
     if want("cold") {
         cold(&guests, &mut rows).await;

@@ -29,8 +29,8 @@
 //! The node ([`crate::node`]) applies a scan: starts a new job's elector and runner, hands a new
 //! version to the runner (a run in progress finishes with the version it started with, see
 //! [`crate::runner`]), and stops and releases a removed job. Scans run when the directory
-//! changes (inotify, through `notify`) and every [`RESCAN`] anyway, for filesystems that do not
-//! report changes.
+//! changes (inotify, through `notify`) and every [`RESCAN_WATCHED`] anyway (every [`RESCAN`]
+//! when the directory cannot be watched), for changes the watch does not report.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -45,8 +45,12 @@ use crate::runtime::{LoadError, LoadedJob, Runtime};
 
 /// How long a file must stay unmodified before it is read.
 pub(crate) const SETTLE: Duration = Duration::from_millis(500);
-/// Scan interval when nothing reports a change.
+/// Scan interval when the directory cannot be watched.
 pub(crate) const RESCAN: Duration = Duration::from_secs(2);
+/// Scan interval when nothing reports a change although the directory is watched: a safety
+/// net for a change the watch misses (a symlink's target replaced elsewhere). A scan costs a
+/// `stat` per file, so with 10,000 jobs it is not free.
+pub(crate) const RESCAN_WATCHED: Duration = Duration::from_secs(10);
 /// Loads (compiles) running at once; each compile is itself parallel across functions.
 pub(crate) const LOADS_AT_ONCE: usize = 2;
 

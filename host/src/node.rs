@@ -32,7 +32,7 @@ use tracing::{Instrument as _, info, warn};
 use crate::catalog::{Catalog, JobView};
 use crate::config::NodeConfig;
 use crate::elector::{Elector, LeaseRuntime, ReleaseNotices, Role};
-use crate::jobs_dir::{self, JobsDir, RESCAN, SETTLE, Scan};
+use crate::jobs_dir::{self, JobsDir, RESCAN, RESCAN_WATCHED, SETTLE, Scan};
 use crate::keys::JobKeys;
 use crate::redis_conn::{self, Conn};
 use crate::runner::{Runner, RunnerHost};
@@ -503,7 +503,11 @@ pub async fn run(
     tokio::pin!(shutdown);
     let mut dir_error = false;
     loop {
-        let wait = if settling { SETTLE / 2 } else { RESCAN };
+        let wait = match (settling, watching) {
+            (true, _) => SETTLE / 2,
+            (false, true) => RESCAN_WATCHED,
+            (false, false) => RESCAN,
+        };
         tokio::select! {
             _ = &mut shutdown => break,
             Some(()) = changes.recv(), if watching => {}

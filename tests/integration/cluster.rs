@@ -75,6 +75,25 @@ fn deploy(dir: &TempDir, rows: usize) -> recon_core::Totals {
         .expected
 }
 
+/// Steps done by every host together.
+fn steps(hosts: &[HostProcess]) -> usize {
+    hosts
+        .iter()
+        .map(|h| h.log_lines_with("\"step done\"").len())
+        .sum()
+}
+
+/// Waits until some host leads.
+async fn a_leader(hosts: &[HostProcess]) {
+    wait_for("a leader", Duration::from_secs(60), || {
+        let led = hosts
+            .iter()
+            .any(|h| !h.log_lines_with("became leader").is_empty());
+        async move { led.then_some(()) }
+    })
+    .await;
+}
+
 fn host(url: &str, dir: &Path, node: &str, timing: (&str, &str)) -> HostProcess {
     let data = dir.join("data");
     HostProcess::start_node(
@@ -178,13 +197,7 @@ async fn hosts_reconcile_on_a_cluster_and_a_crashed_leader_is_replaced() {
             .map(|i| host(&url, dir.path(), &format!("n{i}"), ("1s", "200ms")))
             .collect();
         let conn = conn_to(&url).await;
-        wait_for("a leader", Duration::from_secs(60), || {
-            let led = hosts
-                .iter()
-                .any(|h| !h.log_lines_with("became leader").is_empty());
-            async move { led.then_some(()) }
-        })
-        .await;
+        a_leader(&hosts).await;
         trigger(&url);
         // The run's leader, two steps in, is killed.
         let leader = wait_for("two steps done", Duration::from_secs(120), || {
@@ -246,19 +259,10 @@ async fn a_running_jobs_slot_moves_to_another_primary_mid_run() {
             .map(|i| host(&url, dir.path(), &format!("r{i}"), ("2s", "400ms")))
             .collect();
         let conn = conn_to(&url).await;
-        wait_for("a leader", Duration::from_secs(60), || {
-            let led = hosts
-                .iter()
-                .any(|h| !h.log_lines_with("became leader").is_empty());
-            async move { led.then_some(()) }
-        })
-        .await;
+        a_leader(&hosts).await;
         trigger(&url);
         wait_for("a step done", Duration::from_secs(120), || {
-            let n: usize = hosts
-                .iter()
-                .map(|h| h.log_lines_with("\"step done\"").len())
-                .sum();
+            let n = steps(&hosts);
             async move { (n >= 1).then_some(()) }
         })
         .await;
@@ -266,19 +270,13 @@ async fn a_running_jobs_slot_moves_to_another_primary_mid_run() {
         let slot = slot_of("lh:{reconciliation}:lease");
         let from = cluster.owner_of(slot).await;
         let to = (0..3).find(|i| *i != from).unwrap();
-        let steps_before: usize = hosts
-            .iter()
-            .map(|h| h.log_lines_with("\"step done\"").len())
-            .sum();
+        let steps_before = steps(&hosts);
         cluster
             .move_slot(slot, to, 1, Duration::from_millis(100))
             .await;
         assert_eq!(cluster.owner_of(slot).await, to);
         let record = wait_done(&conn, Duration::from_secs(180)).await;
-        let steps_after: usize = hosts
-            .iter()
-            .map(|h| h.log_lines_with("\"step done\"").len())
-            .sum();
+        let steps_after = steps(&hosts);
         assert!(
             record["step"].as_u64().unwrap() as usize > steps_before && steps_after > steps_before,
             "the run was not mid-way when its slot moved: {steps_before} steps before, {record}"

@@ -65,6 +65,21 @@ async fn probe_step(
     run_probe(runtime, redis, term, "tour", Some(data)).await
 }
 
+/// Takes the lease of `keys` as `owner` (30 s) and returns its term, valid for 20 s.
+async fn lead(c: &mut redis::aio::MultiplexedConnection, keys: &JobKeys, owner: &str) -> Term {
+    let Acquired::Granted { token } = lease::acquire(c, keys, owner, Duration::from_secs(30))
+        .await
+        .unwrap()
+    else {
+        panic!("{owner} did not get the lease")
+    };
+    Term::new(
+        token,
+        owner.into(),
+        Instant::now() + Duration::from_secs(20),
+    )
+}
+
 fn lines(outcome: Result<StepOutcome, StepError>) -> Vec<String> {
     match outcome {
         Ok(StepOutcome::Continue(report)) => String::from_utf8(report)
@@ -92,18 +107,7 @@ async fn a_leading_guest_can_only_write_its_own_keys_through_the_fence() {
         std::fs::write(data.join("input.txt"), "hello").unwrap();
         let runtime = Runtime::new(HostLimits::default()).unwrap();
         let keys = JobKeys::new("probe");
-        let Acquired::Granted { token } =
-            lease::acquire(&mut c, &keys, "test:1", Duration::from_secs(30))
-                .await
-                .unwrap()
-        else {
-            panic!()
-        };
-        let term = Term::new(
-            token,
-            "test:1".into(),
-            Instant::now() + Duration::from_secs(20),
-        );
+        let term = lead(&mut c, &keys, "test:1").await;
         let report = lines(probe_step(&runtime, &redis, term, &data).await);
 
         assert_eq!(line(&report, "still-leader"), "still-leader: true");
@@ -147,18 +151,7 @@ async fn a_batch_of_writes_is_one_fenced_write_all_or_nothing() {
         let mut c = redis.conn().await;
         let runtime = Runtime::new(HostLimits::default()).unwrap();
         let keys = JobKeys::new("probe");
-        let Acquired::Granted { token } =
-            lease::acquire(&mut c, &keys, "test:1", Duration::from_secs(30))
-                .await
-                .unwrap()
-        else {
-            panic!()
-        };
-        let term = Term::new(
-            token,
-            "test:1".into(),
-            Instant::now() + Duration::from_secs(20),
-        );
+        let term = lead(&mut c, &keys, "test:1").await;
         let recorder = crate::history::Recorder::start(&redis).await;
         let report = lines(run_probe(&runtime, &redis, term, "batch", None).await);
         assert_eq!(line(&report, "three"), "three: ok");
@@ -341,18 +334,7 @@ async fn a_trap_a_loop_a_memory_bomb_or_a_stack_overflow_fails_only_that_step() 
         // The same runtime still runs a well-behaved step afterwards, in a real term.
         let mut c = redis.conn().await;
         let keys = JobKeys::new("probe");
-        let Acquired::Granted { token } =
-            lease::acquire(&mut c, &keys, "test:2", Duration::from_secs(30))
-                .await
-                .unwrap()
-        else {
-            panic!("lease")
-        };
-        let term = Term::new(
-            token,
-            "test:2".into(),
-            Instant::now() + Duration::from_secs(20),
-        );
+        let term = lead(&mut c, &keys, "test:2").await;
         let data = TempDir::new("probe-after");
         let report = lines(probe_step(&runtime, &redis, term, &data).await);
         assert_eq!(line(&report, "store"), "store: ok");

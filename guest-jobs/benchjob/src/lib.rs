@@ -3,11 +3,17 @@
 //! - `still-leader`: call `term.still-leader()` 1,000,000 times, then finish;
 //! - `pulse`: a run that never ends: every step pauses 5 ms and continues (failover benchmarks
 //!   measure when the new leader's first step starts);
+//! - `write-one`: write 10,000 keys of 100 bytes with `store.write`, one call each;
+//! - `write-many`: write the same 10,000 keys with one `store.write-many`;
 //! - anything else (an ordinary period): finish at once (an empty step).
 //!
 //! Its schedule fires once a year, so a host runs the current period at start and then idles.
 
 use leasehold_guest::prelude::*;
+use leasehold_guest::store;
+
+/// Keys a write benchmark step writes.
+const KEYS: usize = 10_000;
 
 struct Bench;
 
@@ -40,6 +46,27 @@ impl Guest for Bench {
                 }
                 std::thread::sleep(std::time::Duration::from_millis(5));
                 Ok(StepOutcome::Continue(step.to_le_bytes().to_vec()))
+            }
+            "write-one" => {
+                for i in 0..KEYS {
+                    store::write(&format!("w/{i}"), &[b'x'; 100])?;
+                }
+                Ok(StepOutcome::Done)
+            }
+            "write-many" => {
+                let entries: Vec<store::Entry> = (0..KEYS)
+                    .map(|i| store::Entry {
+                        key: format!("w/{i}"),
+                        value: vec![b'x'; 100],
+                    })
+                    .collect();
+                store::write_many(&entries).map_err(|e| {
+                    JobError::Failed(format!(
+                        "write-many refused at {:?}: {:?}",
+                        e.index, e.error
+                    ))
+                })?;
+                Ok(StepOutcome::Done)
             }
             _ => Ok(StepOutcome::Done),
         }

@@ -57,6 +57,8 @@ use crate::term::Term;
 pub(crate) const NOT_READY_RETRY: Duration = Duration::from_secs(30);
 /// An idle runner reads its state at least every this many heartbeats; notices wake it sooner.
 const SAFETY_POLL_HEARTBEATS: u32 = 10;
+/// The longest an idle runner sleeps on its own (the heartbeat's safety poll wakes it sooner).
+const IDLE_CAP: Duration = Duration::from_secs(3600);
 /// How long after a Redis error the runner tries again.
 const ERROR_RETRY: Duration = Duration::from_secs(1);
 /// Finished periods remembered to avoid re-reading their records; forgotten all at once when
@@ -257,7 +259,9 @@ impl Runner {
             };
             self.note(&state);
             if !state.indexed && !indexed {
-                match self.index_runs(term).await {
+                // A job that was never accounted for has no record to index (no SCAN).
+                let fresh = state.cursor.is_none() && state.open.is_empty();
+                match self.index_runs(term, fresh).await {
                     Ok(()) => indexed = true,
                     Err(RunEnd::Lost) => return,
                     Err(e) => warn!("cannot index the job's run records: {}", e.why()),
@@ -268,9 +272,7 @@ impl Runner {
                     info!(paused = %why, "job paused: no step starts until it is resumed; periods that fire meanwhile are handled by the catch-up policy on resume");
                     paused_logged = true;
                 }
-                polled = self
-                    .idle_for(term, self.safety_poll(), self.safety_poll())
-                    .await;
+                polled = self.idle_for(term, IDLE_CAP, self.safety_poll()).await;
                 continue;
             }
             if paused_logged {
@@ -309,7 +311,9 @@ impl Runner {
                 } else {
                     self.safety_poll()
                 };
-                let until_fire = self.until_next_fire(self.safety_poll());
+                // The sleep is for fire times and retries only: the safety poll comes with the
+                // heartbeat's read, so the runner makes no read of its own for it.
+                let until_fire = self.until_next_fire(IDLE_CAP);
                 let until_retry = not_before
                     .values()
                     .map(|t| t.saturating_duration_since(now))
@@ -342,7 +346,7 @@ impl Runner {
                                 warn!("cannot account for fired periods during a run: {}", e.why());
                             }
                         }
-                        _ = tokio::time::sleep(self.until_next_fire(self.safety_poll())) => {
+                        _ = tokio::time::sleep(self.until_next_fire(IDLE_CAP)) => {
                             if let Err(e) = self.account_now(term).await {
                                 warn!("cannot account for fired periods during a run: {}", e.why());
                             }
@@ -428,12 +432,18 @@ impl Runner {
 
     /// Adds every run record of the job to its run index (`lh:{job}:runs`), with the marker that
     /// says it is built, in fenced writes of `term`: once per job, for records written before
-    /// the index existed (every record written since is indexed with its write).
-    async fn index_runs(&self, term: &Term) -> Result<(), RunEnd> {
+    /// the index existed (every record written since is indexed with its write). A `fresh` job
+    /// (no cursor, no open run: never accounted for) has none, and only gets the marker; for
+    /// the others the records are found with a `SCAN` of the job's node (on one Redis node, the
+    /// whole keyspace: once per job, after an upgrade).
+    async fn index_runs(&self, term: &Term, fresh: bool) -> Result<(), RunEnd> {
         let mut conn = self.conn.clone();
-        let mut periods = self
-            .in_term(term, runs::unindexed(&mut conn, &self.keys))
-            .await?;
+        let mut periods = if fresh {
+            Vec::new()
+        } else {
+            self.in_term(term, runs::unindexed(&mut conn, &self.keys))
+                .await?
+        };
         if !periods.is_empty() {
             info!(
                 records = periods.len(),

@@ -245,9 +245,20 @@ impl HostState {
         if let Err(e) = self.check_write(&key, &value) {
             return Ok(Err(e));
         }
-        let quota = self.quota;
         let ctx = self.step()?;
         let writes = [(ctx.keys.data(&key), value.as_slice())];
+        self.fenced_guest_write(&writes, create).await
+    }
+
+    /// `writes` (full keys of the job's data) as one fenced write of the step's term (and, for a
+    /// task, its claim), counted against the job's quota; the outcome as the guest sees it.
+    async fn fenced_guest_write(
+        &mut self,
+        writes: &[(String, &[u8])],
+        create: bool,
+    ) -> wasmtime::Result<Result<fence::Written, store::WriteError>> {
+        let quota = self.quota;
+        let ctx = self.step()?;
         let claim = match &ctx.work {
             Work::Task(c) => Some(c.clone()),
             Work::Step(_) => None,
@@ -256,7 +267,7 @@ impl HostState {
             create,
             quota: Some(quota),
             claim: claim.as_ref(),
-            ..fence::TermWrite::new(&writes, &[])
+            ..fence::TermWrite::new(writes, &[])
         };
         let res = fence::term_write(&mut ctx.conn, &ctx.keys, &ctx.term, write).await;
         if res.is_ok() {
@@ -300,7 +311,6 @@ impl HostState {
         if total > BATCH_BYTES {
             return Ok(Err(whole(store::WriteError::TooLarge(BATCH_BYTES))));
         }
-        let quota = self.quota;
         let ctx = self.step()?;
         // Later entries win over earlier ones with the same key (as one write after another).
         let mut last = std::collections::HashMap::new();
@@ -313,30 +323,11 @@ impl HostState {
             .filter(|(i, e)| last.get(e.key.as_str()) == Some(i))
             .map(|(_, e)| (ctx.keys.data(&e.key), e.value.as_slice()))
             .collect();
-        let claim = match &ctx.work {
-            Work::Task(c) => Some(c.clone()),
-            Work::Step(_) => None,
-        };
-        let write = fence::TermWrite {
-            quota: Some(quota),
-            claim: claim.as_ref(),
-            ..fence::TermWrite::new(&writes, &[])
-        };
-        let res = fence::term_write(&mut ctx.conn, &ctx.keys, &ctx.term, write).await;
-        if res.is_ok() {
-            self.quota_refused = None;
-        }
-        let ctx = self.step()?;
-        let metrics = crate::metrics::get();
-        match &res {
-            Ok(fence::Written {
-                usage: Some((keys, bytes)),
-                ..
-            }) => metrics.stored(ctx.keys.job(), *keys, *bytes),
-            Err(TermWriteError::QuotaExceeded(_)) => metrics.quota_refused(ctx.keys.job()),
-            _ => {}
-        }
-        Ok(self.write_result(res).map(drop).map_err(whole))
+        Ok(self
+            .fenced_guest_write(&writes, false)
+            .await?
+            .map(drop)
+            .map_err(whole))
     }
 
     /// The run a step belongs to (`tasks` calls are a step's only).

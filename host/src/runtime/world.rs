@@ -269,19 +269,28 @@ impl WorldPre {
         term: Term,
         call: Call<'_>,
     ) -> wasmtime::Result<Result<Returned, types::JobError>> {
-        let step = |r: Result<types::StepOutcome, types::JobError>| r.map(Returned::Step);
-        match (self, call) {
-            (
-                WorldPre::FanOut(p),
-                Call::Step {
-                    run,
-                    step: n,
-                    state,
-                },
-            ) => {
-                let job = p.instantiate_async(&mut *store).await?;
+        // Instantiates `$pre`, then calls `run-step` with the term, the run info `$run` (as the
+        // component's world has it) and the step, converting the result with `$out`.
+        macro_rules! run_step {
+            ($pre:expr, $run:expr, $step:expr, $state:expr, $out:expr) => {{
+                let job = $pre.instantiate_async(&mut *store).await?;
                 let res = store.data_mut().table.push(term)?;
-                Ok(step(job.call_run_step(store, res, run, n, state).await?))
+                let out = job.call_run_step(store, res, $run, $step, $state).await?;
+                Ok($out(out).map(Returned::Step))
+            }};
+        }
+        match (self, call) {
+            (WorldPre::FanOut(p), Call::Step { run, step, state }) => {
+                run_step!(p, run, step, state, std::convert::identity)
+            }
+            (WorldPre::Current(p), Call::Step { run, step, state }) => {
+                run_step!(p, run, step, state, std::convert::identity)
+            }
+            (WorldPre::V0_3(p), Call::Step { run, step, state }) => {
+                run_step!(p, &run_info!(old3, run), step, state, |o| outcome!(old3, o))
+            }
+            (WorldPre::V0_2(p), Call::Step { run, step, state }) => {
+                run_step!(p, &run_info!(old2, run), step, state, |o| outcome!(old2, o))
             }
             (WorldPre::FanOut(p), Call::Task { run, task }) => {
                 let job = p.instantiate_async(&mut *store).await?;
@@ -290,48 +299,6 @@ impl WorldPre {
                     .call_run_task(store, res, run, task)
                     .await?
                     .map(Returned::Task))
-            }
-            (
-                WorldPre::Current(p),
-                Call::Step {
-                    run,
-                    step: n,
-                    state,
-                },
-            ) => {
-                let job = p.instantiate_async(&mut *store).await?;
-                let res = store.data_mut().table.push(term)?;
-                Ok(step(job.call_run_step(store, res, run, n, state).await?))
-            }
-            (
-                WorldPre::V0_3(p),
-                Call::Step {
-                    run,
-                    step: n,
-                    state,
-                },
-            ) => {
-                let job = p.instantiate_async(&mut *store).await?;
-                let res = store.data_mut().table.push(term)?;
-                let out = job
-                    .call_run_step(store, res, &run_info!(old3, run), n, state)
-                    .await?;
-                Ok(step(outcome!(old3, out)))
-            }
-            (
-                WorldPre::V0_2(p),
-                Call::Step {
-                    run,
-                    step: n,
-                    state,
-                },
-            ) => {
-                let job = p.instantiate_async(&mut *store).await?;
-                let res = store.data_mut().table.push(term)?;
-                let out = job
-                    .call_run_step(store, res, &run_info!(old2, run), n, state)
-                    .await?;
-                Ok(step(outcome!(old2, out)))
             }
             (_, Call::Task { .. }) => wasmtime::bail!(
                 "the component exports no run-task (built to world {}): it cannot run tasks",
