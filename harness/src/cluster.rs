@@ -68,7 +68,7 @@ impl RedisCluster {
     }
 
     /// Waits until every node reports the cluster ok, knows every node, and agrees on the
-    /// owners of the slots.
+    /// owners of the slots, and every replica has synced with its primary.
     pub async fn wait_ready(&self) {
         let want = self.nodes.len();
         poll_until(
@@ -88,6 +88,18 @@ impl RedisCluster {
                         && info.contains("cluster_slots_assigned:16384")
                         && info.contains(&format!("cluster_known_nodes:{want}"));
                     if !ok {
+                        return None;
+                    }
+                    // A replica counts once it has synced with its primary (only a synced one can
+                    // be promoted).
+                    let replication: String = ::redis::cmd("INFO")
+                        .arg("replication")
+                        .query_async(&mut c)
+                        .await
+                        .ok()?;
+                    if replication.contains("role:slave")
+                        && !replication.contains("master_link_status:up")
+                    {
                         return None;
                     }
                     maps.push(slots_of(&mut c).await?);
@@ -110,8 +122,38 @@ impl RedisCluster {
 
     /// The primaries as the first node sees them now.
     pub async fn primaries(&self) -> Vec<Primary> {
-        let mut c = self.nodes[0].conn().await;
+        self.primaries_seen_by(0).await
+    }
+
+    /// The primaries as node `i` sees them now.
+    pub async fn primaries_seen_by(&self, i: usize) -> Vec<Primary> {
+        let mut c = self.nodes[i].conn().await;
         slots_of(&mut c).await.expect("CLUSTER SLOTS")
+    }
+
+    /// Kills primary `i` (SIGKILL) and waits until node `witness` sees `slot` owned by another
+    /// node (its replica, promoted by the cluster); returns that node's index.
+    pub async fn fail_over(&mut self, i: usize, slot: u16, witness: usize) -> usize {
+        let dead = format!("127.0.0.1:{}", self.nodes[i].port);
+        self.nodes[i].kill();
+        let me = &*self;
+        let dead = dead.as_str();
+        let addr = poll_until(
+            "a replica promoted in the dead primary's place",
+            READY_WITHIN,
+            Duration::from_millis(100),
+            || async move {
+                let mut c = me.nodes[witness].conn().await;
+                let owner = slots_of(&mut c)
+                    .await?
+                    .into_iter()
+                    .find(|p| p.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot)))?;
+                (owner.addr != dead).then_some(owner.addr)
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        self.index_of(&addr)
     }
 
     /// The node (index into [`RedisCluster::nodes`]) of the primary that owns `slot` now.

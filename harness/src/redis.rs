@@ -223,6 +223,12 @@ impl RedisServer {
         self.start_again().await;
     }
 
+    /// Kills the server (SIGKILL) and leaves it dead (a cluster's primary lost, say).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Crashes the server (SIGKILL) and starts it again on the same port: with its append-only
     /// file when persistent, empty otherwise.
     pub async fn crash_and_restart(&mut self) {
@@ -320,7 +326,10 @@ fn spawn(
             "2000",
             "--cluster-port",
             &bus.to_string(),
-        ]);
+        ])
+        // A replica's first sync at once (not after the default 5 s): a replica that never
+        // synced cannot be promoted.
+        .args(["--repl-diskless-sync-delay", "0"]);
     }
     cmd.args(&config.args);
     if let Some(dir) = &config.dir {

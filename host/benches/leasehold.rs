@@ -299,8 +299,10 @@ impl Pulse {
         let ms = resumed.duration_since(t0).unwrap_or_default().as_secs_f64() * 1e3;
         let moved = self.hand_overs() > handed;
         self.hosts[i] = self.host(i);
+        // Back once it follows the job (it loads jobs in the background after starting): a
+        // release notice then finds every replica campaigning.
         self.hosts[i]
-            .wait_for_log("node started", Duration::from_secs(60))
+            .wait_for_log("\"following\"", Duration::from_secs(60))
             .await;
         (!moved).then_some(ms)
     }

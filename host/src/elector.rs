@@ -363,6 +363,16 @@ impl Elector {
                         }
                     }
                 }
+                // This very candidacy holds the lease: the acquire was applied more than once
+                // (a batch resent after a redirect), and its token is unknown here. Give the
+                // lease back and campaign again.
+                Ok(Ok(Acquired::Held { holder, .. })) if holder == owner => {
+                    warn!(
+                        "the campaign found the lease held by this candidacy (an acquire applied twice); giving it back and campaigning again"
+                    );
+                    self.release_quietly(&mut conn, &owner).await;
+                    heartbeat
+                }
                 Ok(Ok(Acquired::Held { holder, ttl })) => {
                     leader_known(true, &mut leaderless_since);
                     let changed =

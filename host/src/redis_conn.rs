@@ -13,16 +13,22 @@
 //! their first key and follows `MOVED`/`ASK` redirects while a slot moves. What spans many jobs
 //! (the host's heartbeat: membership, every renewal, follower checks, idle runners' reads) is a
 //! [`Batch`]: one pipeline on a single node, one pipeline *per primary* on a cluster (grouped by
-//! the slot map the host reads with `CLUSTER SLOTS`), all sent at once; a command a primary
-//! redirects (its slot moved) is sent again on its own through the cluster client, which
-//! follows the redirect, and the slot map is read again.
+//! the slot map the host reads with `CLUSTER SLOTS`, at least every 30 s), all sent at once
+//! over a connection of the host's own to each primary (so that one redirected command is not a
+//! resent pipeline); a command a primary redirects (its slot moved), or a primary that does not
+//! answer (a failover), has its commands sent again one by one, concurrently, through the
+//! cluster client, which follows the redirect or finds the new primary, and the slot map is
+//! read again.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::AsyncConnectionConfig;
+use redis::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Script, Value};
@@ -117,9 +123,21 @@ enum Inner {
 #[derive(Clone)]
 struct Cluster {
     conn: ClusterConnection,
-    /// Slot ranges → primary address (`host:port`), as `CLUSTER SLOTS` said last.
-    slots: Arc<RwLock<Vec<(u16, u16, String)>>>,
+    /// Slot ranges → primary address (`host:port`), as `CLUSTER SLOTS` said last, and when.
+    slots: Arc<RwLock<SlotMap>>,
+    /// The host's own connection to each primary, for batches.
+    nodes: Arc<tokio::sync::Mutex<std::collections::HashMap<String, MultiplexedConnection>>>,
+    /// `scheme://userinfo@` of the seeds: a primary's URL is this and its address.
+    node_url: Arc<str>,
+    /// Timeouts of those connections.
+    config: AsyncConnectionConfig,
 }
+
+/// Slot ranges (inclusive) → primary address, and when they were read.
+type SlotMap = (Vec<(u16, u16, String)>, Option<std::time::Instant>);
+
+/// How often a cluster's slot map is read at least.
+const SLOT_MAP_AGE: Duration = Duration::from_secs(30);
 
 impl Conn {
     /// Opens a connection to what `url` names: connecting fails after `timeout`, and each
@@ -145,6 +163,17 @@ impl Conn {
                     Ok::<_, anyhow::Error>(Conn(Inner::Node(conn)))
                 }
                 Target::Cluster(seeds) => {
+                    let node_url: Arc<str> = seeds[0]
+                        .rsplit_once('@')
+                        .map(|(u, _)| format!("{u}@"))
+                        .unwrap_or_else(|| {
+                            let scheme = seeds[0].split("://").next().unwrap_or("redis");
+                            format!("{scheme}://")
+                        })
+                        .into();
+                    let config = AsyncConnectionConfig::new()
+                        .set_connection_timeout(Some(timeout))
+                        .set_response_timeout(response_timeout);
                     let mut builder = redis::cluster::ClusterClientBuilder::new(seeds)
                         .connection_timeout(timeout)
                         .retries(3)
@@ -158,6 +187,9 @@ impl Conn {
                     let cluster = Cluster {
                         conn,
                         slots: Arc::default(),
+                        nodes: Arc::default(),
+                        node_url,
+                        config,
                     };
                     cluster.refresh_slots().await?;
                     Ok(Conn(Inner::Cluster(cluster)))
@@ -359,13 +391,27 @@ impl Cluster {
             ));
         }
         map.sort();
-        *self.slots.write().expect("slot map") = map;
+        *self.slots.write().expect("slot map") = (map, Some(std::time::Instant::now()));
         Ok(())
+    }
+
+    /// The host's connection to primary `addr` (opened on first use).
+    async fn node(&self, addr: &str) -> RedisResult<MultiplexedConnection> {
+        let mut nodes = self.nodes.lock().await;
+        if let Some(c) = nodes.get(addr) {
+            return Ok(c.clone());
+        }
+        let client = redis::Client::open(format!("{}{addr}", self.node_url))?;
+        let c = client
+            .get_multiplexed_async_connection_with_config(&self.config)
+            .await?;
+        nodes.insert(addr.to_string(), c.clone());
+        Ok(c)
     }
 
     /// The primary that owns `slot` in the last slot map read.
     fn owner(&self, slot: u16) -> Option<String> {
-        let map = self.slots.read().expect("slot map");
+        let map = &self.slots.read().expect("slot map").0;
         let i = map.partition_point(|(_, end, _)| *end < slot);
         map.get(i)
             .filter(|(start, _, _)| *start <= slot)
@@ -378,6 +424,7 @@ impl Cluster {
             .slots
             .read()
             .expect("slot map")
+            .0
             .iter()
             .map(|(_, _, a)| a.clone())
             .collect();
@@ -387,28 +434,40 @@ impl Cluster {
     }
 
     async fn batch(&mut self, kind: &str, batch: &Batch) -> Vec<RedisResult<Value>> {
+        let stale = self
+            .slots
+            .read()
+            .expect("slot map")
+            .1
+            .is_none_or(|at| at.elapsed() > SLOT_MAP_AGE);
+        if stale {
+            crate::metrics::get().round_trip("slot-map");
+            let _ = self.refresh_slots().await;
+        }
         let mut by_node: BTreeMap<Option<String>, Vec<usize>> = BTreeMap::new();
         for (i, slot) in batch.slots.iter().enumerate() {
             by_node.entry(self.owner(*slot)).or_default().push(i);
         }
         let mut out: Vec<Option<RedisResult<Value>>> = vec![None; batch.cmds.len()];
+        let loads = batch.scripts.len();
         let sends = by_node.iter().filter_map(|(addr, idx)| {
-            let addr = addr.as_ref()?;
+            let addr = addr.clone()?;
             let pipe = batch.pipeline_of(idx);
-            let route = by_address(addr).ok()?;
-            let mut conn = self.conn.clone();
-            let loads = batch.scripts.len();
+            let me = self.clone();
             crate::metrics::get().round_trip(kind);
             Some(async move {
-                let res = conn.route_pipeline(pipe, loads, idx.len(), route).await;
-                (idx, res)
+                let res = match me.node(&addr).await {
+                    Ok(mut conn) => conn.req_packed_commands(&pipe, loads, idx.len()).await,
+                    Err(e) => Err(e),
+                };
+                (addr, idx, res)
             })
         });
         let replies = futures_util::future::join_all(sends).await;
         let mut again = Vec::new();
-        for (idx, res) in replies {
+        for (addr, idx, res) in replies {
             match res {
-                Ok(values) => {
+                Ok(values) if values.len() == idx.len() => {
                     for (i, v) in idx.iter().zip(values) {
                         match v.extract_error() {
                             Err(e) if redirected(&e) => again.push(*i),
@@ -416,36 +475,39 @@ impl Cluster {
                         }
                     }
                 }
-                Err(e) if redirected(&e) => again.extend(idx.iter().copied()),
-                Err(e) => {
-                    for i in idx {
-                        out[*i] = Some(Err(e.clone()));
-                    }
+                // The primary did not answer (it failed over, or the connection broke): its
+                // commands go again through the cluster client, and the connection is dropped.
+                _ => {
+                    self.nodes.lock().await.remove(&addr);
+                    again.extend(idx.iter().copied());
                 }
             }
         }
-        // Slots no known primary owns, and commands a primary redirected: one at a time
-        // through the cluster client, which follows the redirect; then read the map again.
+        // Slots no known primary owns are sent through the cluster client too.
         if let Some(unknown) = by_node.get(&None) {
             again.extend(unknown.iter().copied());
         }
         if !again.is_empty() {
             let _ = self.refresh_slots().await;
-            for i in again {
-                // The script loads and the command as one pipeline: the cluster client routes
-                // it by the command's slot and follows the redirect; scripts live per node, so
-                // the new owner gets them first.
+            // The script loads and the command as one pipeline each, all at once: the cluster
+            // client routes each by its command's slot and follows redirects; scripts live per
+            // node, so the new owner gets them first.
+            let resends = again.iter().map(|&i| {
                 let pipe = batch.pipeline_of(&[i]);
-                let res = self
-                    .conn
-                    .clone()
-                    .req_packed_commands(&pipe, batch.scripts.len(), 1)
-                    .await
-                    .and_then(|mut v| {
-                        v.pop().map(Value::extract_error).unwrap_or_else(|| {
-                            Err(RedisError::from((redis::ErrorKind::Client, "no reply")))
-                        })
-                    });
+                let mut conn = self.conn.clone();
+                async move {
+                    let res = conn
+                        .req_packed_commands(&pipe, loads, 1)
+                        .await
+                        .and_then(|mut v| {
+                            v.pop().map(Value::extract_error).unwrap_or_else(|| {
+                                Err(RedisError::from((redis::ErrorKind::Client, "no reply")))
+                            })
+                        });
+                    (i, res)
+                }
+            });
+            for (i, res) in futures_util::future::join_all(resends).await {
                 out[i] = Some(res);
             }
         }

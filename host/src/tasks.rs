@@ -43,6 +43,11 @@ use crate::keys::JobKeys;
 pub const GROUP: &str = "workers";
 /// Most tasks one `submit` may carry.
 pub const MOST_PER_SUBMIT: usize = 10_000;
+/// Most bytes of payloads one `submit` may carry.
+pub const MOST_BYTES_PER_SUBMIT: u64 = 64 << 20;
+/// Most tasks one run may submit in all (task data is not counted against the job's storage
+/// quota: this bounds what a run keeps in Redis until it ends).
+pub const MOST_PER_RUN: u32 = 100_000;
 /// Longest task id, in bytes.
 pub const ID_MAX: usize = 128;
 
@@ -151,16 +156,27 @@ static SUBMIT: LazyLock<Script> = LazyLock::new(|| {
         r#"
 -- KEYS: lease, fence, tasks stream, the run's task hash, its data hash.
 -- ARGV: owner, token, group, period, work channel, number of tasks, the run's component
---       version, its scheduled time, then (id, payload) pairs.
+--       version, its scheduled time, the most tasks a run may have, then (id, payload) pairs.
 local refused = term_check(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 if refused then
   return refused
+end
+-- The run's bound: nothing is added when the new tasks would take it past it.
+local new = 0
+for i = 1, tonumber(ARGV[6]) do
+  if redis.call('HEXISTS', KEYS[4], 't:' .. ARGV[8 + 2 * i]) == 0 then
+    new = new + 1
+  end
+end
+local submitted = tonumber(redis.call('HGET', KEYS[4], 'n:submitted') or '0')
+if submitted + new > tonumber(ARGV[9]) then
+  return {1, 'too-many', tostring(submitted), ''}
 end
 -- The group exists from the first task on (an error when it already does is expected).
 redis.pcall('XGROUP', 'CREATE', KEYS[3], ARGV[3], '0', 'MKSTREAM')
 local added = 0
 for i = 1, tonumber(ARGV[6]) do
-  local id, payload = ARGV[7 + 2 * i], ARGV[8 + 2 * i]
+  local id, payload = ARGV[8 + 2 * i], ARGV[9 + 2 * i]
   if redis.call('HEXISTS', KEYS[4], 't:' .. id) == 0 then
     local entry = redis.call('XADD', KEYS[3], '*', 'period', ARGV[4], 'id', id, 'attempt', '1',
       'token', ARGV[2], 'owner', ARGV[1], 'component', ARGV[7], 'scheduled', ARGV[8])
@@ -295,10 +311,17 @@ local fresh = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[
 if fresh then
   add(fresh[1][2], 0)
 end
-if #out == 0 then
-  local claimed = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], '0-0', 'COUNT',
+-- Lapsed claims anywhere in the pending list (XAUTOCLAIM looks at ten entries per COUNT a
+-- call: walk on from its cursor, a bounded number of times).
+local cursor, walked = '0-0', 0
+while #out == 0 and walked < 100 do
+  local claimed = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], cursor, 'COUNT',
     ARGV[4])
   add(claimed[2], 1)
+  cursor, walked = claimed[1], walked + 1
+  if cursor == '0-0' then
+    break
+  end
 end
 return out
 "#,
@@ -364,15 +387,25 @@ fn reply(token: u64, v: Value) -> Result<(String, String), FenceError> {
     }
 }
 
+/// What [`submit`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Submitted {
+    /// This many tasks were added (ids already submitted were left alone).
+    Added(u32),
+    /// Nothing was added: the run would have more than [`MOST_PER_RUN`] tasks; it has this
+    /// many.
+    TooMany(u32),
+}
+
 /// Submits `tasks` (id, payload) for the run `run` as the term `(owner, token)`: ids already
-/// submitted are left alone. Returns how many were added.
+/// submitted are left alone, and nothing is added past [`MOST_PER_RUN`] tasks for the run.
 pub async fn submit<C: ConnectionLike>(
     conn: &mut C,
     keys: &JobKeys,
     (owner, token): (&str, u64),
     run: &RunOf,
     tasks: &[(String, Vec<u8>)],
-) -> Result<u32, FenceError> {
+) -> Result<Submitted, FenceError> {
     let period = run.period.as_str();
     let mut inv = SUBMIT.key(keys.lease());
     inv.key(keys.fence())
@@ -386,12 +419,19 @@ pub async fn submit<C: ConnectionLike>(
         .arg(keys.work_channel())
         .arg(tasks.len())
         .arg(&run.component)
-        .arg(&run.scheduled_at);
+        .arg(&run.scheduled_at)
+        .arg(MOST_PER_RUN);
     for (id, payload) in tasks {
         inv.arg(id).arg(payload.as_slice());
     }
     let v: Value = inv.invoke_async(conn).await?;
-    Ok(reply(token, v)?.1.parse().unwrap_or(0))
+    let (kind, n) = reply(token, v)?;
+    let n = n.parse().unwrap_or(0);
+    Ok(if kind == "too-many" {
+        Submitted::TooMany(n)
+    } else {
+        Submitted::Added(n)
+    })
 }
 
 /// Takes up to `count` tasks for `consumer`: new ones first, else ones whose claim lapsed

@@ -142,11 +142,15 @@ impl Workers {
                         continue;
                     };
                     let me = self.clone();
-                    let (keys, data_dir) = (keys.clone(), data_dir.clone());
+                    let (keys, data_dir, stop) = (keys.clone(), data_dir.clone(), stop.clone());
                     let span = tracing::error_span!("task", task = %task.id, token = task.token);
                     running.spawn(
                         async move {
-                            me.run_one(&version, &keys, data_dir, task, sent).await;
+                            // Stopping drops the task (its guest with it); its claim lapses.
+                            tokio::select! {
+                                () = me.run_one(&version, &keys, data_dir, task, sent) => {}
+                                () = stop.cancelled() => {}
+                            }
                             drop(permit);
                         }
                         .instrument(span),
@@ -168,9 +172,9 @@ impl Workers {
                 r = versions.changed() => if r.is_err() { break },
             }
         }
-        // Stopping: running tasks are dropped (their claims lapse to other workers).
+        // Stopping: the running tasks drop their guests (their claims lapse to other workers).
         running.close();
-        let _ = tokio::time::timeout(Duration::from_millis(100), running.wait()).await;
+        let _ = tokio::time::timeout(Duration::from_secs(1), running.wait()).await;
     }
 
     /// Runs one task and records its outcome (see the module doc). `sent`: when the fetch that

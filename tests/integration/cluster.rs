@@ -1,9 +1,10 @@
 //! Redis Cluster: a real local cluster of three primaries with a replica each, made by the
 //! harness with `redis-cli --cluster create`. The lease, fence and batch scripts across
 //! primaries; real hosts reconciling a day and failing over on it; a graceful hand-over that
-//! only the release notice can make in time (pub/sub on a cluster); and the slot of a running
+//! only the release notice can make in time (pub/sub on a cluster); the slot of a running
 //! job moved to another primary mid-run, with exactly one `done` and every write fenced in the
-//! history of every primary.
+//! history of every primary; and the primary holding a running job killed, its replica
+//! promoted, the hosts following it to the end of the run.
 
 use std::path::Path;
 use std::time::Duration;
@@ -302,6 +303,56 @@ async fn a_running_jobs_slot_moves_to_another_primary_mid_run() {
         let out = run_leasehold(&["runs", "reconciliation", "--redis-url", &url]);
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success() && text.contains(PERIOD), "{text}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_hosts_follow_a_primary_failover_and_the_run_finishes() {
+    deadline(Duration::from_secs(300), async {
+        let mut cluster = RedisCluster::start(3, 1).await;
+        let url = cluster.url();
+        let dir = TempDir::new("cluster-failover");
+        let expected = deploy(&dir, 30_000);
+        let hosts: Vec<HostProcess> = (0..2)
+            .map(|i| host(&url, dir.path(), &format!("f{i}"), ("2s", "400ms")))
+            .collect();
+        let conn = conn_to(&url).await;
+        a_leader(&hosts).await;
+        trigger(&url);
+        wait_for("a step done", Duration::from_secs(120), || {
+            let n = steps(&hosts);
+            async move { (n >= 1).then_some(()) }
+        })
+        .await;
+        // The primary holding the job dies; the cluster promotes its replica.
+        let slot = slot_of("lh:{reconciliation}:lease");
+        let owner = cluster.owner_of(slot).await;
+        let witness = (0..cluster.nodes.len()).find(|i| *i != owner).unwrap();
+        let promoted = cluster.fail_over(owner, slot, witness).await;
+        assert_ne!(promoted, owner);
+        // The hosts find the new primary: the job gets a leader again and the run finishes
+        // (from what the promoted replica had: replication is asynchronous).
+        wait_done(&conn, Duration::from_secs(180)).await;
+        assert_eq!(totals(&mut conn.clone()).await, expected);
+        // Every job's lease is renewed again: the other primaries' jobs (membership included)
+        // never stopped, and this one has a leader whose renewals reach the new primary.
+        let before: usize = hosts
+            .iter()
+            .map(|h| h.log_lines_with("\"renewed\"").len())
+            .sum();
+        wait_for(
+            "renewals after the failover",
+            Duration::from_secs(30),
+            || {
+                let now: usize = hosts
+                    .iter()
+                    .map(|h| h.log_lines_with("\"renewed\"").len())
+                    .sum();
+                async move { (now > before + 5).then_some(()) }
+            },
+        )
+        .await;
     })
     .await;
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use leasehold::fence::{FenceError, Refusal};
 use leasehold::keys::JobKeys;
 use leasehold::lease::{self, Acquired};
-use leasehold::tasks::{self, Attempt, Completed, RunOf};
+use leasehold::tasks::{self, Attempt, Completed, RunOf, Submitted};
 use redis::AsyncCommands;
 use serde_json::Value;
 
@@ -366,14 +366,50 @@ async fn task_results_are_fenced_by_the_submitting_term_and_the_workers_claim() 
             tasks::submit(&mut c, &keys, ("a:1", a), &run, &one)
                 .await
                 .unwrap(),
-            1
+            Submitted::Added(1)
         );
         // Submitted again (a step re-executed): nothing added.
         assert_eq!(
             tasks::submit(&mut c, &keys, ("a:1", a), &run, &one)
                 .await
                 .unwrap(),
-            0
+            Submitted::Added(0)
+        );
+        // A run's bound: a submission that would take it past MOST_PER_RUN adds nothing.
+        let mut rounds = 0;
+        loop {
+            let batch: Vec<(String, Vec<u8>)> = (0..tasks::MOST_PER_SUBMIT)
+                .map(|i| (format!("m-{rounds}-{i}"), Vec::new()))
+                .collect();
+            match tasks::submit(&mut c, &keys, ("a:1", a), &run, &batch)
+                .await
+                .unwrap()
+            {
+                Submitted::Added(n) => assert_eq!(n as usize, tasks::MOST_PER_SUBMIT),
+                Submitted::TooMany(has) => {
+                    assert_eq!(has as usize, 1 + rounds * tasks::MOST_PER_SUBMIT);
+                    assert!(has as usize + tasks::MOST_PER_SUBMIT > tasks::MOST_PER_RUN as usize);
+                    break;
+                }
+            }
+            rounds += 1;
+            assert!(rounds <= 10, "never refused");
+        }
+        let p = tasks::progress(&mut c, &keys, "p").await.unwrap();
+        assert!(p.submitted <= tasks::MOST_PER_RUN, "{p:?}");
+        // Start again with a run of one task.
+        let _: () = redis::cmd("DEL")
+            .arg(keys.task_runs("p"))
+            .arg(keys.task_data("p"))
+            .arg(keys.tasks())
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(
+            tasks::submit(&mut c, &keys, ("a:1", a), &run, &one)
+                .await
+                .unwrap(),
+            Submitted::Added(1)
         );
         let first = tasks::fetch(&mut c, &keys, "w1:x", ttl, 1).await.unwrap();
         assert_eq!(first.len(), 1);

@@ -65,7 +65,8 @@ mod replicas;
 mod balance;
 
 // Redis Cluster: scripts across primaries, hosts failing over on a cluster, release notices
-// across nodes, and a running job's slot moved to another primary mid-run.
+// across nodes, a running job's slot moved to another primary mid-run, and a primary that dies
+// and is replaced by its replica.
 mod cluster;
 
 // Fan-out: tasks on every replica; a worker killed or frozen mid-task, a leader killed while

@@ -93,25 +93,19 @@ pub fn parse_entries(csv_text: &str, file_name: &str) -> Result<Vec<Entry>, Pars
     }
 
     // The csv crate does not count skipped blank lines, and a record's byte offset points
-    // at any blank lines before it. So skip those, then count terminators incrementally.
-    let mut counted_to = 0usize;
-    let mut counted_line = 1u64;
-    let mut line_of = |byte: usize| -> u64 {
+    // at any blank lines before it. So skip those, then count terminators: only for a line
+    // that is reported (counting every record's would cost more than parsing it).
+    let line_of = |byte: usize| -> u64 {
         let mut byte = byte.min(text.len());
         while matches!(text.as_bytes().get(byte), Some(b'\r' | b'\n')) {
             byte += 1;
         }
-        if byte < counted_to {
-            counted_to = 0;
-            counted_line = 1;
-        }
-        counted_line += count_line_breaks(&text.as_bytes()[counted_to..byte]);
-        counted_to = byte;
-        counted_line
+        1 + count_line_breaks(&text.as_bytes()[..byte])
     };
 
     let mut entries = Vec::new();
-    let mut first_line_of_id: FastMap<String, u64> = FastMap::default();
+    // Each entry's byte offset, for the line of a duplicate id.
+    let mut offsets: Vec<usize> = Vec::new();
     let mut record = csv::StringRecord::new();
     loop {
         match reader.read_record(&mut record) {
@@ -119,28 +113,22 @@ pub fn parse_entries(csv_text: &str, file_name: &str) -> Result<Vec<Entry>, Pars
             Ok(false) => break,
             Err(e) => return Err(csv_error(e)),
         }
-        let line = record.position().map_or(0, |p| line_of(p.byte() as usize));
+        let offset = record.position().map_or(0, |p| p.byte() as usize);
+        let line = || line_of(offset);
         if record.len() != HEADER.len() {
             return Err(error(
-                line,
+                line(),
                 None,
                 format!("expected {} fields, found {}", HEADER.len(), record.len()),
             ));
         }
         let id = &record[0];
         if id.is_empty() {
-            return Err(error(line, Some("id"), "empty id".to_string()));
-        }
-        if let Some(first) = first_line_of_id.get(id) {
-            return Err(error(
-                line,
-                Some("id"),
-                format!("duplicate id {id:?} (first used on line {first})"),
-            ));
+            return Err(error(line(), Some("id"), "empty id".to_string()));
         }
         let date = parse_date(&record[1]).ok_or_else(|| {
             error(
-                line,
+                line(),
                 Some("date"),
                 format!(
                     "invalid date {:?}: expected a real calendar date as YYYY-MM-DD",
@@ -149,8 +137,8 @@ pub fn parse_entries(csv_text: &str, file_name: &str) -> Result<Vec<Entry>, Pars
             )
         })?;
         let amount_cents =
-            parse_amount(&record[2]).map_err(|reason| error(line, Some("amount"), reason))?;
-        first_line_of_id.insert(id.to_string(), line);
+            parse_amount(&record[2]).map_err(|reason| error(line(), Some("amount"), reason))?;
+        offsets.push(offset);
         entries.push(Entry {
             id: id.to_string(),
             date,
@@ -158,6 +146,23 @@ pub fn parse_entries(csv_text: &str, file_name: &str) -> Result<Vec<Entry>, Pars
             reference: record[3].to_string(),
             description: record[4].to_string(),
         });
+    }
+    // Ids are unique: the first line that repeats one is reported, with the line it repeats.
+    let mut first_of_id: FastMap<&str, usize> =
+        FastMap::with_capacity_and_hasher(entries.len(), Default::default());
+    for (i, e) in entries.iter().enumerate() {
+        if let Some(&first) = first_of_id.get(e.id.as_str()) {
+            return Err(error(
+                line_of(offsets[i]),
+                Some("id"),
+                format!(
+                    "duplicate id {:?} (first used on line {})",
+                    e.id,
+                    line_of(offsets[first])
+                ),
+            ));
+        }
+        first_of_id.insert(e.id.as_str(), i);
     }
     if entries.len() >= u32::MAX as usize {
         return Err(error(0, None, "too many lines".to_string()));

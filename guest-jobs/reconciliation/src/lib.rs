@@ -157,12 +157,19 @@ fn get_chunk(key: &str) -> Result<Chunk, JobError> {
     }
 }
 
-fn text_report(period: &str, totals: &Totals, parts: u32) -> Result<String, JobError> {
+/// The text report from `parts` parts, each given by `part` (read back from the store by a
+/// sequential run; in memory for a fanned-out one).
+fn text_report(
+    period: &str,
+    totals: &Totals,
+    parts: u32,
+    part: &mut dyn FnMut(u32) -> Result<Chunk, JobError>,
+) -> Result<String, JobError> {
     let mut out = totals.render_text(period);
     let mut mismatches = Vec::new();
     let mut missing_ledger = Vec::new();
-    for part in 0..parts {
-        let chunk = get_chunk(&format!("report/{period}/part-{part}"))?;
+    for n in 0..parts {
+        let chunk = part(n)?;
         for m in chunk.mismatches {
             if mismatches.len() < LISTED {
                 mismatches.push(format!(
@@ -320,7 +327,8 @@ impl Guest for Reconciliation {
             return Ok(StepOutcome::Continue(progress.to_bytes()));
         }
 
-        finish(term, period, step, &ledger, &progress)
+        let mut stored = |n: u32| get_chunk(&format!("report/{period}/part-{n}"));
+        finish(term, period, step, &ledger, &progress, &mut stored)
     }
 
     fn run_task(term: &Term, run: RunInfo, task: Task) -> Result<Vec<u8>, JobError> {
@@ -362,8 +370,11 @@ fn fanned_step(
     step: u32,
     mut f: Fanned,
 ) -> Result<StepOutcome, JobError> {
-    let (bank, ledger, fingerprint) = inputs(period)?;
     if step == 0 {
+        // The leader only notes which inputs the run is for: the tasks parse them.
+        let bank_csv = read_input(period, "bank.csv")?;
+        let ledger_csv = read_input(period, "ledger.csv")?;
+        let fingerprint = input_fingerprint(&bank_csv, &ledger_csv, DEFAULT_TOLERANCE_DAYS);
         f.fingerprint = fingerprint;
         let work: Vec<Task> = (0..f.parts)
             .map(|i| Task {
@@ -379,15 +390,12 @@ fn fanned_step(
         tasks::submit(&work)?;
         log(
             Level::Info,
-            &format!(
-                "{period}: {} statement lines fanned out in {} parts",
-                bank.len(),
-                f.parts
-            ),
+            &format!("{period}: the day fanned out in {} parts", f.parts),
         );
         let state = serde_json::to_vec(&f).map_err(|e| JobError::Failed(e.to_string()))?;
         return Ok(StepOutcome::AwaitTasks(state));
     }
+    let (bank, ledger, fingerprint) = inputs(period)?;
     if f.fingerprint != fingerprint {
         return Err(JobError::Failed(format!(
             "the input files for {period} changed after the run started; a run never mixes inputs"
@@ -399,16 +407,20 @@ fn fanned_step(
             .ok_or_else(|| JobError::Failed(format!("part {i} has no result")))?;
         results.push(PartResult::from_bytes(&bytes).map_err(|e| JobError::Failed(e.to_string()))?);
     }
-    let (chunks, progress) = assemble(&bank, &ledger, &results, chunk_lines(bank.len()))
+    let (mut chunks, progress) = assemble(&bank, &ledger, &results, chunk_lines(bank.len()))
         .map_err(|e| JobError::Failed(format!("the parts do not make the day: {e}")))?;
+    drop(bank);
     if !term.still_leader() {
         return Err(JobError::LostLeadership);
     }
-    // The parts of the report, as the sequential run writes one per step.
+    // The parts of the report, as the sequential run writes one per step; the text report is
+    // made from them as they are in memory.
     for (n, chunk) in chunks.iter().enumerate() {
         put_json(&format!("report/{period}/part-{n}"), chunk)?;
     }
-    finish(term, period, chunks.len() as u32, &ledger, &progress)
+    let n = chunks.len() as u32;
+    let mut in_memory = |i: u32| Ok(std::mem::take(&mut chunks[i as usize]));
+    finish(term, period, n, &ledger, &progress, &mut in_memory)
 }
 
 /// The last step: what the bank never showed, the totals, and the report, after `parts` parts.
@@ -418,12 +430,13 @@ fn finish(
     step: u32,
     ledger: &[Entry],
     progress: &Progress,
+    parts: &mut dyn FnMut(u32) -> Result<Chunk, JobError>,
 ) -> Result<StepOutcome, JobError> {
     // Last step: what the bank never showed, the totals, and the report.
     let totals = progress.final_totals(ledger);
     let missing = missing_in_bank(ledger, progress);
     put_json(&format!("report/{period}/missing-in-bank"), &missing)?;
-    let mut text = text_report(period, &totals, step)?;
+    let mut text = text_report(period, &totals, step, parts)?;
     text.push_str(&missing_in_bank_text(
         ledger,
         progress,

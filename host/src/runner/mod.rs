@@ -338,12 +338,17 @@ impl Runner {
                     let read = self.heartbeat.poll(&self.keys, Instant::now());
                     tokio::select! {
                         end = &mut run => break end,
-                        Ok(Ok(state)) = read => {
-                            self.note(&state);
-                            if state.paused.is_none()
-                                && let Err(e) = self.account(term, &state).await
-                            {
-                                warn!("cannot account for fired periods during a run: {}", e.why());
+                        read = read => {
+                            // A failed read is only skipped: the next heartbeat reads again.
+                            if let Ok(Ok(state)) = read {
+                                self.note(&state);
+                                if state.paused.is_none()
+                                    && let Err(e) = self.account(term, &state).await
+                                {
+                                    warn!("cannot account for fired periods during a run: {}", e.why());
+                                }
+                            } else {
+                                self.pause_for(term, self.timing.heartbeat).await;
                             }
                         }
                         _ = tokio::time::sleep(self.until_next_fire(IDLE_CAP)) => {

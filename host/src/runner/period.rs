@@ -397,6 +397,22 @@ impl Runner {
             if progress.done() {
                 break progress;
             }
+            // Tasks that never finish (no worker has the run's version, a task that kills its
+            // worker every time) end with the run's maximum run time.
+            if let Some(max) = version.spec.policies.max_run_time
+                && decide::run_time_exceeded(&record.started_at, Utc::now(), Some(max))
+            {
+                let why = format!(
+                    "the run has taken longer than its maximum run time of {} (started {}) waiting for {} of its {} tasks",
+                    show(max),
+                    record.started_at,
+                    progress.submitted - progress.finished,
+                    progress.submitted
+                );
+                return Err(self
+                    .fail(term, version, record, FailureKind::RunTimeout, why)
+                    .await);
+            }
             tokio::select! {
                 _ = self.notice.notified() => {}
                 _ = tokio::time::sleep(self.timing.heartbeat) => {}

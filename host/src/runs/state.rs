@@ -23,8 +23,8 @@ pub struct JobState {
     /// The member that asks for the job (its preferred member, following it), if one does:
     /// its node id and the version it serves (see [`crate::balance`]).
     pub wanted: Option<String>,
-    /// Whether the job's run index exists (records written before it existed are indexed once
-    /// by a leader).
+    /// Whether the job's run index is built (its marker is in it: records written before the
+    /// index existed were indexed by a leader).
     pub indexed: bool,
 }
 
@@ -51,7 +51,10 @@ pub fn state_cmds(keys: &JobKeys) -> [redis::Cmd; STATE_CMDS] {
         redis::cmd("GET").arg(keys.paused()).clone(),
         redis::cmd("GET").arg(keys.cursor()).clone(),
         redis::cmd("GET").arg(keys.wanted()).clone(),
-        redis::cmd("EXISTS").arg(keys.runs()).clone(),
+        redis::cmd("ZSCORE")
+            .arg(keys.runs())
+            .arg(super::INDEXED)
+            .clone(),
     ]
 }
 
@@ -74,7 +77,8 @@ pub fn state_from(replies: Vec<redis::RedisResult<redis::Value>>) -> redis::Redi
     let paused: Option<String> = redis::from_redis_value(next()?)?;
     let cursor: Option<String> = redis::from_redis_value(next()?)?;
     let wanted: Option<String> = redis::from_redis_value(next()?)?;
-    let indexed: bool = redis::from_redis_value(next()?)?;
+    let indexed: Option<f64> = redis::from_redis_value(next()?)?;
+    let indexed = indexed.is_some();
     Ok(JobState {
         requested: requested
             .into_iter()

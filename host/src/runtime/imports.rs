@@ -354,6 +354,7 @@ impl HostState {
                 crate::tasks::MOST_PER_SUBMIT
             ))));
         }
+        let mut bytes = 0u64;
         for t in &list {
             if let Err(why) = crate::tasks::validate_id(&t.id) {
                 return Ok(Err(tasks::TasksError::Invalid(why)));
@@ -361,9 +362,21 @@ impl HostState {
             if t.payload.len() as u64 > self.max_write {
                 return Ok(Err(tasks::TasksError::TooLarge(self.max_write)));
             }
+            bytes += t.payload.len() as u64;
+        }
+        if bytes > crate::tasks::MOST_BYTES_PER_SUBMIT {
+            return Ok(Err(tasks::TasksError::TooLarge(
+                crate::tasks::MOST_BYTES_PER_SUBMIT,
+            )));
         }
         let ctx = self.step()?;
-        let list: Vec<(String, Vec<u8>)> = list.into_iter().map(|t| (t.id, t.payload)).collect();
+        // An id given twice in one call is the first one (as if submitted again).
+        let mut seen = std::collections::HashSet::new();
+        let list: Vec<(String, Vec<u8>)> = list
+            .into_iter()
+            .filter(|t| seen.insert(t.id.clone()))
+            .map(|t| (t.id, t.payload))
+            .collect();
         let term = ctx.term.clone();
         if !term.still_leader() {
             return Ok(Err(tasks::TasksError::NotLeader));
@@ -376,9 +389,16 @@ impl HostState {
             &list,
         );
         Ok(match term.bound(call).await {
-            Some(Ok(added)) => {
+            Some(Ok(crate::tasks::Submitted::Added(added))) => {
                 tracing::info!(period = %run.period, tasks = list.len(), added, "tasks submitted");
                 Ok(())
+            }
+            Some(Ok(crate::tasks::Submitted::TooMany(has))) => {
+                Err(tasks::TasksError::Invalid(format!(
+                    "the run has {has} tasks: {} more would take it past {} tasks per run; nothing was submitted",
+                    list.len(),
+                    crate::tasks::MOST_PER_RUN
+                )))
             }
             Some(Err(fence::FenceError::Refused(r))) => {
                 tracing::warn!(token = term.token(), "tasks refused: {r}; stepping down");

@@ -115,13 +115,20 @@ impl SpecError {
     }
 }
 
-/// Checks a job name: 1 to 64 characters from `a-z 0-9 -`, starting with a letter.
+/// Checks a job name: 1 to 64 characters from `a-z 0-9 -`, starting with a letter, and not
+/// [`RESERVED_NAME`].
 pub fn validate_job_name(name: &str) -> Result<(), SpecError> {
     let ok = (1..=64).contains(&name.len())
         && name.as_bytes()[0].is_ascii_lowercase()
         && name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if name == RESERVED_NAME {
+        return Err(SpecError::field(
+            SpecField::Name,
+            format!("name {name:?} is reserved: the hosts' membership uses its keys"),
+        ));
+    }
     if ok {
         Ok(())
     } else {
@@ -133,6 +140,10 @@ pub fn validate_job_name(name: &str) -> Result<(), SpecError> {
         ))
     }
 }
+
+/// The one name no job may take: the membership's keys and notice channel (`lh:{members}:…`,
+/// see [`crate::members`]) use it.
+pub const RESERVED_NAME: &str = "members";
 
 impl JobSpec {
     /// Validates the raw fields a guest described (after a sidecar's overrides) and applies
@@ -268,6 +279,9 @@ mod tests {
         };
         let e = JobSpec::new(&raw("Recon", "0 0 2 * * *", "UTC"), &host).unwrap_err();
         assert!(e.to_string().contains("name must be"), "{e}");
+        assert_eq!(field(&e), Some(SpecField::Name));
+        let e = JobSpec::new(&raw("members", "0 0 2 * * *", "UTC"), &host).unwrap_err();
+        assert!(e.to_string().contains("\"members\" is reserved"), "{e}");
         assert_eq!(field(&e), Some(SpecField::Name));
         let e = JobSpec::new(&raw("recon", "every day", "UTC"), &host).unwrap_err();
         assert!(e.to_string().contains("schedule \"every day\""), "{e}");
