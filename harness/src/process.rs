@@ -14,6 +14,8 @@ use std::time::Duration;
 /// The message of the line a host logs once its HTTP API listens; its `addr` field is the
 /// bound address.
 const HTTP_LISTENING: &str = "HTTP API listening";
+/// How many of its last log lines (above debug) a host shows when a test panics.
+const LAST_WORDS: usize = 40;
 
 /// A running `leasehold` process. Its stderr (the log) is collected line by line; on drop it
 /// is woken (SIGCONT, in case it was paused) and killed.
@@ -207,6 +209,30 @@ impl HostProcess {
 
 impl Drop for HostProcess {
     fn drop(&mut self) {
+        // A failing test shows what each of its hosts said last (debug events left out).
+        if std::thread::panicking() {
+            let log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+            let said: Vec<&String> = log
+                .iter()
+                .filter(|l| !l.contains("\"level\":\"DEBUG\""))
+                .collect();
+            let from = said.len().saturating_sub(LAST_WORDS);
+            eprintln!(
+                "--- the last {} log lines of leasehold pid {} ---",
+                said.len() - from,
+                self.child.id()
+            );
+            for line in &said[from..] {
+                eprintln!("{line}");
+            }
+            // All of it, debug events included, where the developer asked for it.
+            if let Some(dir) = std::env::var_os("LEASEHOLD_TEST_LOG_DIR") {
+                let path = Path::new(&dir).join(format!("leasehold-{}.log", self.child.id()));
+                if std::fs::write(&path, log.join("\n")).is_ok() {
+                    eprintln!("--- its whole log: {} ---", path.display());
+                }
+            }
+        }
         let _ = Command::new("kill")
             .args(["-CONT", &self.child.id().to_string()])
             .stderr(Stdio::null())

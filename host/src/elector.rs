@@ -453,10 +453,11 @@ impl Elector {
     }
 
     /// This host's ask for the job (its node id and the version it serves), when it is the
-    /// job's preferred member among the live ones.
+    /// job's preferred member among the live ones and its heartbeat is answered in time (see
+    /// [`crate::heartbeat::Heartbeat::answering`]).
     fn ask(&self) -> Option<String> {
-        let preferred =
-            self.members.borrow().preferred(&self.job, None) == Some(self.node.as_str());
+        let preferred = self.heartbeat.answering()
+            && self.members.borrow().preferred(&self.job, None) == Some(self.node.as_str());
         preferred.then(|| crate::balance::Ask::encode(&self.node, &self.version.borrow()))
     }
 

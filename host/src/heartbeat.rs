@@ -30,7 +30,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use redis::RedisResult;
@@ -104,6 +104,7 @@ pub struct Heartbeat {
     tx: mpsc::UnboundedSender<Msg>,
     next: Arc<AtomicU64>,
     kick: Arc<Notify>,
+    answering: Arc<AtomicBool>,
 }
 
 /// A term's place in the heartbeat; dropping it takes the term out.
@@ -172,12 +173,22 @@ impl Heartbeat {
     ) -> (Self, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let kick = Arc::new(Notify::new());
-        let task = handle.spawn(beat(conn, timing, member, rx, kick.clone(), stop));
+        let answering = Arc::new(AtomicBool::new(true));
+        let task = handle.spawn(beat(
+            conn,
+            timing,
+            member,
+            rx,
+            kick.clone(),
+            answering.clone(),
+            stop,
+        ));
         (
             Heartbeat {
                 tx,
                 next: Arc::default(),
                 kick,
+                answering,
             },
             task,
         )
@@ -230,6 +241,15 @@ impl Heartbeat {
             reply,
         });
         rx
+    }
+
+    /// Whether the last heartbeat was answered in time. A host whose heartbeat is not answered
+    /// asks for no job ([`Follow::expect`]'s ask is held back, and the elector's campaigns do
+    /// not ask): its commands may still reach Redis late (a slow link applies what the host
+    /// gave up on), and a leader that handed it a job would hand it to a host that cannot
+    /// hold a lease.
+    pub fn answering(&self) -> bool {
+        self.answering.load(Ordering::Relaxed)
     }
 
     /// Runs a tick now (a member joined: the membership view should know it at once).
@@ -318,6 +338,7 @@ async fn beat(
     member: Member,
     mut rx: mpsc::UnboundedReceiver<Msg>,
     kick: Arc<Notify>,
+    answering: Arc<AtomicBool>,
     stop: CancellationToken,
 ) {
     let mut state = State::default();
@@ -342,7 +363,8 @@ async fn beat(
         while let Ok(m) = rx.try_recv() {
             state.apply(m);
         }
-        let ok = once(&mut conn, &timing, &member, &mut state).await;
+        let ok = once(&mut conn, &timing, &member, &mut state, !failing).await;
+        answering.store(ok, Ordering::Relaxed);
         if ok == failing {
             if ok {
                 info!(node = %member.node, "heartbeat answered again");
@@ -366,8 +388,15 @@ async fn beat(
 }
 
 /// One tick: builds the batch, sends it, hands out the answers. False when the batch got no
-/// answer at all.
-async fn once(conn: &mut Conn, timing: &Timing, member: &Member, state: &mut State) -> bool {
+/// answer at all. `answering`: whether the last tick was answered; if not, no ask is sent
+/// (they wait, unsent, for a tick after an answered one).
+async fn once(
+    conn: &mut Conn,
+    timing: &Timing,
+    member: &Member,
+    state: &mut State,
+    answering: bool,
+) -> bool {
     let now = Instant::now();
     let next_tick = now + timing.heartbeat + timing.redis_timeout;
     state.terms.retain(|_, t| !t.reply.is_closed());
@@ -392,12 +421,17 @@ async fn once(conn: &mut Conn, timing: &Timing, member: &Member, state: &mut Sta
     let looks: Vec<(u64, usize)> = state
         .follows
         .iter_mut()
-        .filter(|(_, f)| f.expiry.is_some_and(|e| e <= next_tick) || !f.asked)
+        .filter(|(_, f)| f.expiry.is_some_and(|e| e <= next_tick) || (!f.asked && answering))
         .map(|(id, f)| {
-            f.asked = true;
+            let ask = if answering {
+                f.asked = true;
+                f.ask.as_deref()
+            } else {
+                None
+            };
             (
                 *id,
-                lease::observe_into(&mut batch, &f.keys, f.ask.as_deref(), timing.lease_ttl),
+                lease::observe_into(&mut batch, &f.keys, ask, timing.lease_ttl),
             )
         })
         .collect();
