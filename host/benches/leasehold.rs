@@ -1,12 +1,12 @@
 //! Leasehold's benchmarks (the targets and the table: BENCHMARKS.md). One command, one table:
 //!
 //! ```text
-//! cargo bench --bench leasehold                      # everything, a few minutes
+//! cargo bench --bench leasehold                      # everything, about an hour and a half
 //! cargo bench --bench leasehold -- --only failover   # one section (failover, handover,
 //!                                                    # write, batch, guest, recon, scale,
-//!                                                    # scale10k, cluster, tasks, fanout,
-//!                                                    # cold, python)
-//! cargo bench --bench leasehold -- --trials 5 --rows 200000 --jobs 300
+//!                                                    # fast, scale10k, cluster, tasks,
+//!                                                    # fanout, cold, python)
+//! cargo bench --bench leasehold -- --trials 5 --rows 200000 --jobs 300 --quiet-secs 60
 //! ```
 //!
 //! It starts what it needs through the `leasehold-harness` crate, as the integration tests do:
@@ -77,6 +77,7 @@ struct Options {
     trials: usize,
     rows: usize,
     jobs: usize,
+    quiet: Duration,
 }
 
 fn options() -> Options {
@@ -85,6 +86,7 @@ fn options() -> Options {
         trials: 20,
         rows: 1_000_000,
         jobs: 1000,
+        quiet: Duration::from_secs(600),
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -95,6 +97,9 @@ fn options() -> Options {
             "--trials" => o.trials = value(i).parse().expect("--trials N"),
             "--rows" => o.rows = value(i).parse().expect("--rows N"),
             "--jobs" => o.jobs = value(i).parse().expect("--jobs N"),
+            "--quiet-secs" => {
+                o.quiet = Duration::from_secs(value(i).parse().expect("--quiet-secs N"))
+            }
             // `cargo bench` passes `--bench`.
             _ => {
                 i += 1;
@@ -951,6 +956,9 @@ async fn main() {
     }
     if want("scale") {
         scale::scale(&guests, o.jobs, &mut rows).await;
+    }
+    if want("fast") {
+        scale::fast(&guests, o.jobs, o.quiet, &mut rows).await;
     }
     if want("scale10k") {
         scale::scale(&guests, 10_000, &mut rows).await;

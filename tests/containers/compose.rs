@@ -114,6 +114,23 @@ impl Compose {
         .await;
     }
 
+    /// Waits (up to 180 s) until `node` is ready: `/readyz` answers 200 once the jobs present at
+    /// its start are loaded (a debug-built host compiles the reconciliation for a while after
+    /// its health check, which is liveness only, passes).
+    pub(crate) async fn ready(&self, node: &str) {
+        let addr = self.http(node);
+        wait_for(
+            &format!("{node} ready"),
+            Duration::from_secs(180),
+            || async {
+                let (code, _) =
+                    leasehold_harness::http_with(&addr, "GET", "/readyz", None, None).await;
+                (code == 200).then_some(())
+            },
+        )
+        .await;
+    }
+
     /// The deployment directory the replicas mount.
     pub(crate) fn deploy(&self) -> &Deploy {
         &self.deploy

@@ -130,8 +130,9 @@ fn one_result(recorder: &Recorder, period: &str) {
 async fn compose_brings_up_three_healthy_replicas_that_serve_one_report() {
     deadline(Duration::from_secs(240), async {
         let c = Compose::up("up", Deploy::new("up")).await;
-        // Every replica is healthy by its own health check, and serves both jobs.
+        // Every replica is healthy by its own health check, and, once ready, serves both jobs.
         for node in NODES {
+            c.ready(node).await;
             let out = c.leasehold(&["status", "--json", "--http", &c.http(node)]);
             let status: Value = serde_json::from_slice(&out.stdout).unwrap();
             assert_eq!(status["node"], node, "{status}");

@@ -121,8 +121,19 @@ fn balanced(s: &BTreeMap<String, usize>, nodes: &[&str], n: usize) -> bool {
 }
 
 /// A replica logging at `info` (JSON): the debug events the tests read (a line per renewal
-/// and per write) would cost more CPU than the work measured.
+/// and per write) would cost more CPU than the work measured. TTL 10 s, heartbeat 2 s.
 fn start_host(redis: &RedisServer, jobs: &Path, cache: &Path, i: usize) -> HostProcess {
+    start_host_timed(redis, jobs, cache, i, ("10s", "2s"))
+}
+
+/// [`start_host`] with `(ttl, heartbeat)`.
+fn start_host_timed(
+    redis: &RedisServer,
+    jobs: &Path,
+    cache: &Path,
+    i: usize,
+    (ttl, heartbeat): (&str, &str),
+) -> HostProcess {
     let node = format!("n{i}");
     let args = [
         "run",
@@ -133,9 +144,9 @@ fn start_host(redis: &RedisServer, jobs: &Path, cache: &Path, i: usize) -> HostP
         "--node-id",
         &node,
         "--lease-ttl",
-        "10s",
+        ttl,
         "--heartbeat",
-        "2s",
+        heartbeat,
         "--cache-dir",
         cache.to_str().unwrap(),
         "--http",
@@ -160,11 +171,8 @@ fn preferred_everywhere(owners: &BTreeMap<String, String>, nodes: &[&str]) -> bo
     })
 }
 
-/// `n` jobs (one component, a sidecar name each) × three replicas, TTL 10 s, heartbeat 2 s.
-pub(crate) async fn scale(guests: &Path, n: usize, rows: &mut Vec<Row>) {
-    eprintln!("{n} jobs across 3 replicas");
-    let redis = RedisServer::start().await;
-    let dir = TempDir::new("bench-scale");
+/// A jobs directory of `n` jobs: one component, a sidecar name each (`bench-00000`, …).
+fn jobs_dir(guests: &Path, dir: &TempDir, n: usize) -> (std::path::PathBuf, std::path::PathBuf) {
     let (jobs, cache) = (dir.join("jobs"), dir.join("cache"));
     std::fs::create_dir_all(&jobs).unwrap();
     place(&guests.join("benchjob.wasm"), &jobs.join("b00000.wasm"));
@@ -178,6 +186,137 @@ pub(crate) async fn scale(guests: &Path, n: usize, rows: &mut Vec<Row>) {
         )
         .unwrap();
     }
+    (jobs, cache)
+}
+
+/// Each lost job's first term on a survivor (`became leader` after `t0`), in ms after `t0`.
+fn first_terms(survivors: &[HostProcess], lost: &BTreeSet<String>, t0: SystemTime) -> Vec<f64> {
+    let mut first: BTreeMap<String, f64> = BTreeMap::new();
+    for l in survivors
+        .iter()
+        .flat_map(|h| h.log_lines_with("became leader"))
+    {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&l) else {
+            continue;
+        };
+        let (Some(job), at) = (v["job"].as_str(), timestamp(&l)) else {
+            continue;
+        };
+        if lost.contains(job) && at > t0 {
+            let ms = at.duration_since(t0).unwrap_or_default().as_secs_f64() * 1e3;
+            let e = first.entry(job.to_string()).or_insert(ms);
+            *e = e.min(ms);
+        }
+    }
+    first.into_values().collect()
+}
+
+/// The jobs `node` leads now, by the lease.
+fn led_by(owners: &BTreeMap<String, String>, node: &str) -> BTreeSet<String> {
+    owners
+        .iter()
+        .filter(|(_, n)| *n == node)
+        .map(|(job, _)| job.clone())
+        .collect()
+}
+
+/// `n` jobs × three replicas at a short TTL (500 ms, heartbeat 150 ms): leadership changes in a
+/// fault-free window of `quiet`, then one replica killed and each of its jobs' failover.
+pub(crate) async fn fast(guests: &Path, n: usize, quiet: Duration, rows: &mut Vec<Row>) {
+    const TIMING: (&str, &str) = ("500ms", "150ms");
+    eprintln!("{n} jobs across 3 replicas, ttl 500ms, heartbeat 150ms");
+    let redis = RedisServer::start().await;
+    let dir = TempDir::new("bench-fast");
+    let (jobs, cache) = jobs_dir(guests, &dir, n);
+    let mut hosts: Vec<HostProcess> = (0..3)
+        .map(|i| start_host_timed(&redis, &jobs, &cache, i, TIMING))
+        .collect();
+    for h in &hosts {
+        let a = h.http_addr(Duration::from_secs(120)).await;
+        super::wait_async("a host ready", Duration::from_secs(600), || async {
+            (http(&a, "GET", "/readyz", None).await.0 == 200).then_some(())
+        })
+        .await;
+    }
+    let nodes = ["n0", "n1", "n2"];
+    super::wait_async(
+        "every job on its preferred member",
+        Duration::from_secs(600),
+        || async {
+            let o = owners(&mut patient(&redis).await).await;
+            (o.len() == n && preferred_everywhere(&o, &nodes)).then_some(())
+        },
+    )
+    .await;
+    // Fault-free: every change of leader in the window is one too many.
+    let terms = |hosts: &[HostProcess]| -> usize {
+        hosts
+            .iter()
+            .map(|h| h.log_lines_with("became leader").len())
+            .sum()
+    };
+    let lost_terms = |hosts: &[HostProcess]| -> usize {
+        hosts
+            .iter()
+            .map(|h| h.log_lines_with("stopped leading").len())
+            .sum()
+    };
+    let (terms0, lost0) = (terms(&hosts), lost_terms(&hosts));
+    let cpu0: Vec<(f64, u64)> = hosts.iter().map(|h| cpu_and_rss(h.pid())).collect();
+    eprintln!("  a fault-free window of {} s", quiet.as_secs());
+    tokio::time::sleep(quiet).await;
+    let cpu1: Vec<(f64, u64)> = hosts.iter().map(|h| cpu_and_rss(h.pid())).collect();
+    let (changes, lost) = (terms(&hosts) - terms0, lost_terms(&hosts) - lost0);
+    let cpu: Vec<String> = cpu0
+        .iter()
+        .zip(&cpu1)
+        .map(|(a, b)| format!("{:.0}%", (b.0 - a.0) / quiet.as_secs_f64() * 100.0))
+        .collect();
+    rows.push(row(
+        &format!(
+            "{n} jobs × 3 replicas, ttl 500ms, heartbeat 150ms: changes of leader in {:.0} fault-free minutes",
+            quiet.as_secs_f64() / 60.0
+        ),
+        format!("{changes} new terms, {lost} terms lost · host CPU {}", cpu.join(" / ")),
+        "-",
+        "0 in 10 minutes",
+        Some(changes == 0 && lost == 0 && quiet >= Duration::from_secs(600)),
+    ));
+
+    // One killed: every one of its jobs fails over.
+    let lost = led_by(&owners(&mut patient(&redis).await).await, "n2");
+    let t0 = SystemTime::now();
+    hosts[2].kill();
+    super::wait_async(
+        "the survivors to lead every job",
+        Duration::from_secs(120),
+        || async {
+            let o = owners(&mut patient(&redis).await).await;
+            (o.len() == n && o.values().all(|node| node != "n2")).then_some(())
+        },
+    )
+    .await;
+    let mut took = first_terms(&hosts[..2], &lost, t0);
+    let (min, med, p99) = summary(&mut took);
+    rows.push(row(
+        &format!(
+            "{n} jobs × 3 replicas, ttl 500ms, heartbeat 150ms: one killed, each of its {} jobs led again (SIGKILL → became leader)",
+            lost.len()
+        ),
+        format!("min {min:.0} / median {med:.0} / p99 {p99:.0} ms ({} of {} jobs)", took.len(), lost.len()),
+        "client-go 15–24 s per job with defaults",
+        "≤ 600 ms p99 for every job",
+        Some(p99 <= 600.0 && took.len() == lost.len()),
+    ));
+    drop(hosts);
+}
+
+/// `n` jobs (one component, a sidecar name each) × three replicas, TTL 10 s, heartbeat 2 s.
+pub(crate) async fn scale(guests: &Path, n: usize, rows: &mut Vec<Row>) {
+    eprintln!("{n} jobs across 3 replicas");
+    let redis = RedisServer::start().await;
+    let dir = TempDir::new("bench-scale");
+    let (jobs, cache) = jobs_dir(guests, &dir, n);
     let spawned = Instant::now();
     let mut hosts: Vec<HostProcess> = (0..3)
         .map(|i| start_host(&redis, &jobs, &cache, i))
@@ -308,12 +447,7 @@ pub(crate) async fn scale(guests: &Path, n: usize, rows: &mut Vec<Row>) {
 
     // One of three killed: its jobs go to the survivors.
     let mut p = patient(&redis).await;
-    let before = owners(&mut p).await;
-    let lost: BTreeSet<String> = before
-        .iter()
-        .filter(|(_, node)| *node == "n2")
-        .map(|(job, _)| job.clone())
-        .collect();
+    let lost = led_by(&owners(&mut p).await, "n2");
     let t0 = SystemTime::now();
     hosts[2].kill();
     super::wait_async(
@@ -327,24 +461,7 @@ pub(crate) async fn scale(guests: &Path, n: usize, rows: &mut Vec<Row>) {
     .await;
     // The first survivor's term of each of its jobs (a job may then move on to its preferred
     // survivor by a hand-over).
-    let mut first: BTreeMap<String, f64> = BTreeMap::new();
-    for l in hosts[..2]
-        .iter()
-        .flat_map(|h| h.log_lines_with("became leader"))
-    {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(&l) else {
-            continue;
-        };
-        let (Some(job), at) = (v["job"].as_str(), timestamp(&l)) else {
-            continue;
-        };
-        if lost.contains(job) && at > t0 {
-            let ms = at.duration_since(t0).unwrap_or_default().as_secs_f64() * 1e3;
-            let e = first.entry(job.to_string()).or_insert(ms);
-            *e = e.min(ms);
-        }
-    }
-    let mut took: Vec<f64> = first.into_values().collect();
+    let mut took = first_terms(&hosts[..2], &lost, t0);
     let (_, med, p99) = summary(&mut took);
     let survivors = super::wait_async(
         "the survivors balanced",
