@@ -215,7 +215,23 @@ impl Pulse {
             let h = p.host(i);
             p.hosts.push(h);
         }
+        // The trials start once every replica serves the job (jobs load in the background).
+        for i in 0..3 {
+            p.serving(i).await;
+        }
         p
+    }
+
+    /// Waits until host `i` follows or leads the job: a release notice then finds it
+    /// campaigning.
+    async fn serving(&self, i: usize) {
+        let h = &self.hosts[i];
+        wait("a host serving the job", Duration::from_secs(60), || {
+            (!h.log_lines_with("\"following\"").is_empty()
+                || !h.log_lines_with("became leader").is_empty())
+            .then_some(())
+        })
+        .await;
     }
 
     fn host(&self, i: usize) -> HostProcess {
@@ -303,12 +319,24 @@ impl Pulse {
         .await;
         let ms = resumed.duration_since(t0).unwrap_or_default().as_secs_f64() * 1e3;
         let moved = self.hand_overs() > handed;
+        if graceful && ms > 50.0 {
+            // What the hosts said around a slow hand-over (steps and writes left out).
+            for (j, h) in self.hosts.iter().enumerate() {
+                for l in h.log_lines_with("\"timestamp\"") {
+                    let at = timestamp(&l);
+                    if at + Duration::from_secs(3) > t0
+                        && at < resumed + Duration::from_millis(100)
+                        && !l.contains("step done")
+                        && !l.contains("fenced write")
+                        && !l.contains("call finished")
+                    {
+                        eprintln!("  slow trial, host {j}: {l}");
+                    }
+                }
+            }
+        }
         self.hosts[i] = self.host(i);
-        // Back once it follows the job (it loads jobs in the background after starting): a
-        // release notice then finds every replica campaigning.
-        self.hosts[i]
-            .wait_for_log("\"following\"", Duration::from_secs(60))
-            .await;
+        self.serving(i).await;
         (!moved).then_some(ms)
     }
 

@@ -136,7 +136,27 @@ impl Drop for LeaseRuntime {
 /// Notices by channel: each job's release channel (`lh:{job}:released`, waking its elector) and
 /// notice channel (`lh:{job}:notify`, waking its runner); jobs come and go while the listener
 /// runs.
-pub type ReleaseNotices = Arc<std::sync::Mutex<HashMap<String, Arc<Notify>>>>;
+pub type ReleaseNotices = Arc<std::sync::Mutex<HashMap<String, Notice>>>;
+
+/// What a message on one channel does: wake `wake`, and keep the message's payload in
+/// `payload` when there is one (a release notice names the owner that released).
+#[derive(Clone)]
+pub struct Notice {
+    /// Woken (`notify_one`) on each message.
+    pub wake: Arc<Notify>,
+    /// The last message's payload.
+    pub payload: Option<Arc<std::sync::Mutex<String>>>,
+}
+
+impl Notice {
+    /// A notice that only wakes.
+    pub fn wake(wake: Arc<Notify>) -> Self {
+        Notice {
+            wake,
+            payload: None,
+        }
+    }
+}
 
 /// What one job's elector needs.
 #[derive(Clone)]
@@ -151,6 +171,8 @@ pub struct Elector {
     pub keys: JobKeys,
     /// Signalled when the job's lease is released (see [`listen_for_releases`]).
     pub released: Arc<Notify>,
+    /// The owner named by the last release notice (`node:uuid`).
+    pub released_by: Arc<std::sync::Mutex<String>>,
     /// Replicas every write of this node's terms waits for (`--min-replicas`).
     pub replicas: Option<Replicas>,
     /// The membership as this host sees it: a host not preferred for the job campaigns a
@@ -199,7 +221,12 @@ pub async fn listen_for_releases(
                     .get(msg.get_channel_name())
                     .cloned();
                 if let Some(n) = notice {
-                    n.notify_one();
+                    if let Some(payload) = &n.payload
+                        && let Ok(text) = msg.get_payload::<String>()
+                    {
+                        *payload.lock().expect("notice payload") = text;
+                    }
+                    n.wake.notify_one();
                 }
             }
             Ok::<_, redis::RedisError>(())
@@ -270,9 +297,26 @@ impl Elector {
         while !resign.is_cancelled() {
             if !after_expiry && let Some(preferred) = self.defer_to(last_holder.as_deref()) {
                 debug!(preferred = %preferred, "not the preferred member: campaigning a heartbeat late");
-                tokio::select! {
-                    _ = tokio::time::sleep(heartbeat) => {}
-                    _ = resign.cancelled() => break,
+                let until = tokio::time::Instant::now() + heartbeat;
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(until) => break,
+                        // A release meanwhile (the member deferred to leaving, or handing the
+                        // job on before this host ever saw it lead): left out of the
+                        // preference, it may make this host the one to campaign now.
+                        _ = self.released.notified() => {
+                            if let Some(by) = self.released_node() {
+                                last_holder = Some(by);
+                            }
+                            if self.defer_to(last_holder.as_deref()).is_none() {
+                                break;
+                            }
+                        }
+                        _ = resign.cancelled() => break,
+                    }
+                }
+                if resign.is_cancelled() {
+                    break;
                 }
             }
             let owner = format!("{node}:{}", uuid::Uuid::new_v4());
@@ -392,7 +436,14 @@ impl Elector {
                     last_holder = Some(owner_node(&holder).to_string());
                     match woke {
                         Woke::Expired => after_expiry = true,
-                        Woke::Released => after_expiry = false,
+                        Woke::Released => {
+                            // The notice names who released: the holder this host last saw
+                            // may have handed the job on since.
+                            if let Some(by) = self.released_node() {
+                                last_holder = Some(by);
+                            }
+                            after_expiry = false;
+                        }
                         Woke::Resigned => break,
                     }
                     continue;
@@ -439,6 +490,12 @@ impl Elector {
         if let Ok(Ok(true)) = released {
             info!("gave back a lease Redis still held for a term that had ended");
         }
+    }
+
+    /// The node of the owner the last release notice named, if it named one.
+    fn released_node(&self) -> Option<String> {
+        let by = self.released_by.lock().expect("notice payload");
+        (!by.is_empty()).then(|| owner_node(&by).to_string())
     }
 
     /// The member to let campaign first, when this host is not the job's preferred member

@@ -31,7 +31,7 @@ use tracing::{Instrument as _, info, warn};
 
 use crate::catalog::{Catalog, JobView};
 use crate::config::NodeConfig;
-use crate::elector::{Elector, LeaseRuntime, ReleaseNotices, Role};
+use crate::elector::{Elector, LeaseRuntime, Notice, ReleaseNotices, Role};
 use crate::jobs_dir::{self, JobsDir, RESCAN, RESCAN_WATCHED, SETTLE, Scan};
 use crate::keys::JobKeys;
 use crate::redis_conn::{self, Conn};
@@ -180,14 +180,21 @@ impl Host {
         let role = role_rx.clone();
         let keys = JobKeys::new(&name);
         let released = Arc::new(tokio::sync::Notify::new());
+        let released_by = Arc::new(std::sync::Mutex::new(String::new()));
         let channel = keys.released_channel();
         let notice = Arc::new(tokio::sync::Notify::new());
         let work = Arc::new(tokio::sync::Notify::new());
         {
             let mut notices = self.notices.lock().expect("release notices");
-            notices.insert(channel.clone(), released.clone());
-            notices.insert(keys.notice_channel(), notice.clone());
-            notices.insert(keys.work_channel(), work.clone());
+            notices.insert(
+                channel.clone(),
+                Notice {
+                    wake: released.clone(),
+                    payload: Some(released_by.clone()),
+                },
+            );
+            notices.insert(keys.notice_channel(), Notice::wake(notice.clone()));
+            notices.insert(keys.work_channel(), Notice::wake(work.clone()));
         }
         let (hand_over_tx, hand_over) = watch::channel(0u64);
         let (hash, hash_rx) = watch::channel(job.hash.clone());
@@ -197,6 +204,7 @@ impl Host {
             timing: cfg.timing,
             keys: keys.clone(),
             released,
+            released_by,
             replicas: cfg.replicas,
             members: self.members.clone(),
             hand_over,
@@ -430,7 +438,7 @@ pub async fn run(
     // at once.
     notices.lock().expect("release notices").insert(
         crate::members::JOINED_CHANNEL.to_string(),
-        heartbeat.kicker(),
+        Notice::wake(heartbeat.kicker()),
     );
     let (_watcher, mut changes) = jobs_dir::watch(&cfg.jobs_dir);
     let watching = _watcher.is_some();

@@ -205,10 +205,10 @@ async fn a_paused_leader_container_is_fenced_and_steps_down() {
         let recorder = Recorder::start_at(&c.redis_client()).await;
         let old = leader(&c, "billing", None).await;
         trigger(&c, &old, "billing", "2026-11-03").await;
-        mid_run(&c, "billing", "2026-11-03").await;
+        let before = mid_run(&c, "billing", "2026-11-03").await;
         c.docker(&["pause", &c.container(&old)]);
         let new = leader(&c, "billing", Some(&old)).await;
-        done(&c, "billing", "2026-11-03", Duration::from_secs(120)).await;
+        let finished = done(&c, "billing", "2026-11-03", Duration::from_secs(120)).await;
         c.docker(&["unpause", &c.container(&old)]);
         wait_for(
             "the woken leader to step down",
@@ -216,7 +216,13 @@ async fn a_paused_leader_container_is_fenced_and_steps_down() {
             || async { c.logs(&old).contains("stopped leading").then_some(()) },
         )
         .await;
-        assert_eq!(leader(&c, "billing", None).await, new);
+        // The run was finished by a later term than the one the old leader held. Leadership
+        // may move again afterwards (balancing hands the job to its preferred member, which
+        // can be the old node under a new term), so the current holder is not asserted.
+        assert!(
+            finished["token"].as_u64() > before["token"].as_u64(),
+            "{new} finished under the old term: {finished}"
+        );
         one_result(&recorder, "2026-11-03");
     })
     .await;
@@ -230,11 +236,11 @@ async fn a_leader_cut_off_the_network_is_succeeded_and_rejoins_as_follower() {
         let recorder = Recorder::start_at(&c.redis_client()).await;
         let old = leader(&c, "billing", None).await;
         trigger(&c, &old, "billing", "2026-11-04").await;
-        mid_run(&c, "billing", "2026-11-04").await;
+        let before = mid_run(&c, "billing", "2026-11-04").await;
         let network = c.network();
         c.docker(&["network", "disconnect", &network, &c.container(&old)]);
         let new = leader(&c, "billing", Some(&old)).await;
-        done(&c, "billing", "2026-11-04", Duration::from_secs(120)).await;
+        let finished = done(&c, "billing", "2026-11-04", Duration::from_secs(120)).await;
         c.docker(&["network", "connect", &network, &c.container(&old)]);
         wait_for(
             "the cut-off leader to step down",
@@ -242,7 +248,11 @@ async fn a_leader_cut_off_the_network_is_succeeded_and_rejoins_as_follower() {
             || async { c.logs(&old).contains("stopped leading").then_some(()) },
         )
         .await;
-        assert_eq!(leader(&c, "billing", None).await, new);
+        // As in the pause test: a later term finished the run; who leads now is balancing's call.
+        assert!(
+            finished["token"].as_u64() > before["token"].as_u64(),
+            "{new} finished under the old term: {finished}"
+        );
         one_result(&recorder, "2026-11-04");
     })
     .await;

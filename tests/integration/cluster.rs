@@ -248,6 +248,22 @@ async fn a_graceful_hand_over_on_a_cluster_needs_no_ttl() {
     .await;
 }
 
+/// Two hosts (`{prefix}0`, `{prefix}1`; ttl 2 s, heartbeat 400 ms) on the cluster at `url`
+/// serving `dir`, and the day triggered: returns once the run has done a step.
+async fn two_hosts_mid_run(url: &str, dir: &TempDir, prefix: &str) -> Vec<HostProcess> {
+    let hosts: Vec<HostProcess> = (0..2)
+        .map(|i| host(url, dir.path(), &format!("{prefix}{i}"), ("2s", "400ms")))
+        .collect();
+    a_leader(&hosts).await;
+    trigger(url);
+    wait_for("a step done", Duration::from_secs(120), || {
+        let n = steps(&hosts);
+        async move { (n >= 1).then_some(()) }
+    })
+    .await;
+    hosts
+}
+
 #[tokio::test]
 async fn a_running_jobs_slot_moves_to_another_primary_mid_run() {
     deadline(Duration::from_secs(300), async {
@@ -256,17 +272,8 @@ async fn a_running_jobs_slot_moves_to_another_primary_mid_run() {
         let dir = TempDir::new("cluster-reshard");
         let expected = deploy(&dir, 30_000);
         let recorder = Recorder::start_cluster(&cluster).await;
-        let hosts: Vec<HostProcess> = (0..2)
-            .map(|i| host(&url, dir.path(), &format!("r{i}"), ("2s", "400ms")))
-            .collect();
+        let hosts = two_hosts_mid_run(&url, &dir, "r").await;
         let conn = conn_to(&url).await;
-        a_leader(&hosts).await;
-        trigger(&url);
-        wait_for("a step done", Duration::from_secs(120), || {
-            let n = steps(&hosts);
-            async move { (n >= 1).then_some(()) }
-        })
-        .await;
         // Move the job's slot, one key at a time, while the run goes on.
         let slot = slot_of("lh:{reconciliation}:lease");
         let from = cluster.owner_of(slot).await;
@@ -314,17 +321,8 @@ async fn the_hosts_follow_a_primary_failover_and_the_run_finishes() {
         let url = cluster.url();
         let dir = TempDir::new("cluster-failover");
         let expected = deploy(&dir, 30_000);
-        let hosts: Vec<HostProcess> = (0..2)
-            .map(|i| host(&url, dir.path(), &format!("f{i}"), ("2s", "400ms")))
-            .collect();
+        let hosts = two_hosts_mid_run(&url, &dir, "f").await;
         let conn = conn_to(&url).await;
-        a_leader(&hosts).await;
-        trigger(&url);
-        wait_for("a step done", Duration::from_secs(120), || {
-            let n = steps(&hosts);
-            async move { (n >= 1).then_some(()) }
-        })
-        .await;
         // The primary holding the job dies; the cluster promotes its replica.
         let slot = slot_of("lh:{reconciliation}:lease");
         let owner = cluster.owner_of(slot).await;

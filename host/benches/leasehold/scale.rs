@@ -211,6 +211,29 @@ fn first_terms(survivors: &[HostProcess], lost: &BTreeSet<String>, t0: SystemTim
     first.into_values().collect()
 }
 
+/// Kills `n2` (SIGKILL) and waits until the survivors lead all `n` jobs: the jobs it led, and
+/// for each the time until its first term on a survivor (ms).
+async fn kill_n2(
+    redis: &RedisServer,
+    hosts: &mut [HostProcess],
+    n: usize,
+) -> (BTreeSet<String>, Vec<f64>) {
+    let lost = led_by(&owners(&mut patient(redis).await).await, "n2");
+    let t0 = SystemTime::now();
+    hosts[2].kill();
+    super::wait_async(
+        "the survivors to lead every job",
+        Duration::from_secs(120),
+        || async {
+            let o = owners(&mut patient(redis).await).await;
+            (o.len() == n && o.values().all(|node| node != "n2")).then_some(())
+        },
+    )
+    .await;
+    let took = first_terms(&hosts[..2], &lost, t0);
+    (lost, took)
+}
+
 /// The jobs `node` leads now, by the lease.
 fn led_by(owners: &BTreeMap<String, String>, node: &str) -> BTreeSet<String> {
     owners
@@ -284,19 +307,7 @@ pub(crate) async fn fast(guests: &Path, n: usize, quiet: Duration, rows: &mut Ve
     ));
 
     // One killed: every one of its jobs fails over.
-    let lost = led_by(&owners(&mut patient(&redis).await).await, "n2");
-    let t0 = SystemTime::now();
-    hosts[2].kill();
-    super::wait_async(
-        "the survivors to lead every job",
-        Duration::from_secs(120),
-        || async {
-            let o = owners(&mut patient(&redis).await).await;
-            (o.len() == n && o.values().all(|node| node != "n2")).then_some(())
-        },
-    )
-    .await;
-    let mut took = first_terms(&hosts[..2], &lost, t0);
+    let (lost, mut took) = kill_n2(&redis, &mut hosts, n).await;
     let (min, med, p99) = summary(&mut took);
     rows.push(row(
         &format!(
@@ -445,23 +456,10 @@ pub(crate) async fn scale(guests: &Path, n: usize, rows: &mut Vec<Row>) {
         None,
     ));
 
-    // One of three killed: its jobs go to the survivors.
+    // One of three killed: its jobs go to the survivors; the first survivor's term of each (a
+    // job may then move on to its preferred survivor by a hand-over).
     let mut p = patient(&redis).await;
-    let lost = led_by(&owners(&mut p).await, "n2");
-    let t0 = SystemTime::now();
-    hosts[2].kill();
-    super::wait_async(
-        "the survivors to lead every job",
-        Duration::from_secs(120),
-        || async {
-            let o = owners(&mut patient(&redis).await).await;
-            (o.len() == n && o.values().all(|node| node != "n2")).then_some(())
-        },
-    )
-    .await;
-    // The first survivor's term of each of its jobs (a job may then move on to its preferred
-    // survivor by a hand-over).
-    let mut took = first_terms(&hosts[..2], &lost, t0);
+    let (lost, mut took) = kill_n2(&redis, &mut hosts, n).await;
     let (_, med, p99) = summary(&mut took);
     let survivors = super::wait_async(
         "the survivors balanced",
