@@ -461,13 +461,7 @@ async fn writes(rows: &mut Vec<Row>) {
 /// beside 10,000 `SET`s in one pipeline.
 async fn batch(guests: &Path, rows: &mut Vec<Row>) {
     eprintln!("a step writing 10,000 keys");
-    let redis = RedisServer::start().await;
-    let runtime = Runtime::new(HostLimits::default()).unwrap();
-    let job = runtime
-        .load(&guests.join("benchjob.wasm"))
-        .await
-        .expect("benchjob loads");
-    let (ctx, _term) = step_context(&redis, "benchjob").await;
+    let (redis, runtime, job, ctx) = benchjob(guests).await;
     let rate = |mode: &'static str| {
         let (runtime, job, ctx) = (&runtime, &job, &ctx);
         async move {
@@ -508,6 +502,26 @@ async fn batch(guests: &Path, rows: &mut Vec<Row>) {
         "batched ≥ 20 × one at a time",
         Some(many >= 20.0 * one),
     ));
+}
+
+/// A Redis, a runtime with the default limits, `benchjob` loaded into it, and a step context
+/// for it in a ten-minute term.
+async fn benchjob(
+    guests: &Path,
+) -> (
+    RedisServer,
+    Runtime,
+    leasehold::runtime::LoadedJob,
+    StepContext,
+) {
+    let redis = RedisServer::start().await;
+    let runtime = Runtime::new(HostLimits::default()).unwrap();
+    let job = runtime
+        .load(&guests.join("benchjob.wasm"))
+        .await
+        .expect("benchjob loads");
+    let (ctx, _term) = step_context(&redis, "benchjob").await;
+    (redis, runtime, job, ctx)
 }
 
 /// A step context for `job` in a term that lasts ten minutes (its writes go to `redis`).
@@ -557,13 +571,7 @@ fn run_info(period: &str) -> RunInfo {
 
 async fn guest(guests: &Path, rows: &mut Vec<Row>) {
     eprintln!("guest side");
-    let redis = RedisServer::start().await;
-    let runtime = Runtime::new(HostLimits::default()).unwrap();
-    let job = runtime
-        .load(&guests.join("benchjob.wasm"))
-        .await
-        .expect("benchjob loads");
-    let (ctx, _term) = step_context(&redis, "benchjob").await;
+    let (_redis, runtime, job, ctx) = benchjob(guests).await;
     let n = 2000;
     let mut inst = Vec::with_capacity(n);
     for _ in 0..n {
