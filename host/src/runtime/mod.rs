@@ -202,6 +202,14 @@ impl Runtime {
     }
 }
 
+/// Bytes of each table slot reset by `memset` when a store is dropped, instead of being given
+/// back to the kernel with `madvise` (a Rust job's tables hold a few hundred entries): a
+/// quarter of the cost of store + instantiate. At most 16 KiB per table slot stays resident.
+/// Batching the memories' decommits (`decommit_batch_size`) would save as much again, but
+/// keeps the pages of several dropped stores resident until the batch is flushed, which a
+/// job using hundreds of MiB per step would turn into that many times its memory.
+const TABLE_KEEP_RESIDENT: usize = 16 << 10;
+
 /// The pooling allocator for `n` live instances: each may use what the host's counts allow
 /// (`--max-instances`, `--max-tables`, `--max-memories`) and memories up to `--max-memory`;
 /// together they share 16 core instances, 4 memories and 4 tables per slot (a Rust job uses 1
@@ -223,6 +231,7 @@ fn pooling(n: u32, limits: &HostLimits) -> PoolingAllocationConfig {
         .max_memories_per_module(counts.memories)
         .max_tables_per_module(counts.tables)
         .table_elements(sandbox::TABLE_ELEMENTS)
-        .max_memory_size(usize::try_from(limits.memory.1).unwrap_or(usize::MAX));
+        .max_memory_size(usize::try_from(limits.memory.1).unwrap_or(usize::MAX))
+        .table_keep_resident(TABLE_KEEP_RESIDENT);
     pool
 }
