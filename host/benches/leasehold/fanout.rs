@@ -217,15 +217,6 @@ async fn reconcile(
         .await
         .unwrap();
     let summary: serde_json::Value = serde_json::from_str(&summary).unwrap();
-    for (i, h) in hosts.iter().enumerate() {
-        for l in h
-            .log_lines_with("\"task ")
-            .iter()
-            .chain(&h.log_lines_with("\"step done"))
-        {
-            eprintln!("  host {i}: {l}");
-        }
-    }
     let secs = |a: SystemTime, b: SystemTime| b.duration_since(a).unwrap_or_default().as_secs_f64();
     let fanned = fan_out.and_then(|_| {
         let submitted = logged(&hosts, "\"tasks submitted\"", period)?;
