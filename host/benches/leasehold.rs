@@ -388,25 +388,34 @@ async fn handover(guests: &Path, o: &Options, rows: &mut Vec<Row>) {
     ));
 }
 
-async fn writes(rows: &mut Vec<Row>) {
-    eprintln!("fenced write vs SET");
-    let redis = RedisServer::start().await;
-    let mut c = redis.conn().await;
-    let keys = JobKeys::new("bench");
+/// One-at-a-time latencies (µs) of plain `SET`s and of fenced writes, 100 B each, to one job's
+/// slot, and the rate of each (per second).
+pub(crate) struct WriteSamples {
+    pub(crate) set: Vec<f64>,
+    pub(crate) fenced: Vec<f64>,
+    pub(crate) set_rate: f64,
+    pub(crate) fenced_rate: f64,
+}
+
+/// Takes `job`'s lease over `conn`, then makes `n` plain `SET`s and `n` fenced writes.
+pub(crate) async fn write_samples<C>(conn: &mut C, job: &str, n: usize) -> WriteSamples
+where
+    C: redis::aio::ConnectionLike + Send + Sync,
+{
+    let keys = JobKeys::new(job);
     let leasehold::lease::Acquired::Granted { token } =
-        leasehold::lease::acquire(&mut c, &keys, "bench:1", Duration::from_secs(600))
+        leasehold::lease::acquire(conn, &keys, "bench:1", Duration::from_secs(600))
             .await
             .unwrap()
     else {
         panic!("lease")
     };
-    let n = 20_000;
     let value = vec![b'x'; 100];
     let mut set = Vec::with_capacity(n);
     let start = Instant::now();
     for _ in 0..n {
         let t = Instant::now();
-        let _: () = c.set("bench:plain", &value).await.unwrap();
+        let _: () = conn.set(keys.data("plain"), &value).await.unwrap();
         set.push(t.elapsed().as_secs_f64() * 1e6);
     }
     let set_rate = n as f64 / start.elapsed().as_secs_f64();
@@ -416,7 +425,7 @@ async fn writes(rows: &mut Vec<Row>) {
     for _ in 0..n {
         let t = Instant::now();
         leasehold::fence::write(
-            &mut c,
+            conn,
             &keys,
             "bench:1",
             token,
@@ -427,6 +436,26 @@ async fn writes(rows: &mut Vec<Row>) {
         fenced.push(t.elapsed().as_secs_f64() * 1e6);
     }
     let fenced_rate = n as f64 / start.elapsed().as_secs_f64();
+    WriteSamples {
+        set,
+        fenced,
+        set_rate,
+        fenced_rate,
+    }
+}
+
+async fn writes(rows: &mut Vec<Row>) {
+    eprintln!("fenced write vs SET");
+    let redis = RedisServer::start().await;
+    let mut c = redis.conn().await;
+    let n = 20_000;
+    let WriteSamples {
+        mut set,
+        mut fenced,
+        set_rate,
+        fenced_rate,
+    } = write_samples(&mut c, "bench", n).await;
+    let value = vec![b'x'; 100];
     let start = Instant::now();
     for _ in 0..n / 100 {
         let mut pipe = redis::pipe();

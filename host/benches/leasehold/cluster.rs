@@ -2,51 +2,19 @@
 //! Redis node in the same run.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use leasehold::keys::JobKeys;
-use leasehold::lease::{self, Acquired};
 use leasehold::redis_conn::Conn;
 use leasehold_harness::{RedisCluster, RedisServer};
-use redis::AsyncCommands;
 
 use super::{Options, Pulse, Row, row, summary};
 
 /// Median and p99 (µs) of `n` one-at-a-time fenced writes of 100 B over `conn`, and of as
 /// many plain `SET`s to the same job's slot.
 async fn write_latency(conn: &mut Conn, n: usize) -> ((f64, f64), (f64, f64)) {
-    let keys = JobKeys::new("bench-write");
-    let Acquired::Granted { token } =
-        lease::acquire(conn, &keys, "bench:1", Duration::from_secs(600))
-            .await
-            .unwrap()
-    else {
-        panic!("lease")
-    };
-    let value = vec![b'x'; 100];
-    let key = keys.data("k");
-    let mut set = Vec::with_capacity(n);
-    for _ in 0..n {
-        let t = Instant::now();
-        let _: () = conn.set(keys.data("plain"), &value).await.unwrap();
-        set.push(t.elapsed().as_secs_f64() * 1e6);
-    }
-    let mut fenced = Vec::with_capacity(n);
-    for _ in 0..n {
-        let t = Instant::now();
-        leasehold::fence::write(
-            conn,
-            &keys,
-            "bench:1",
-            token,
-            &[(key.clone(), value.as_slice())],
-        )
-        .await
-        .unwrap();
-        fenced.push(t.elapsed().as_secs_f64() * 1e6);
-    }
-    let (_, fm, fp) = summary(&mut fenced);
-    let (_, sm, sp) = summary(&mut set);
+    let mut s = super::write_samples(conn, "bench-write", n).await;
+    let (_, fm, fp) = summary(&mut s.fenced);
+    let (_, sm, sp) = summary(&mut s.set);
     ((fm, fp), (sm, sp))
 }
 
