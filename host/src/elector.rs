@@ -156,6 +156,14 @@ impl Notice {
             payload: None,
         }
     }
+
+    /// A notice that wakes and keeps the last payload (a job's release channel).
+    pub fn with_payload() -> Self {
+        Notice {
+            wake: Arc::new(Notify::new()),
+            payload: Some(Arc::default()),
+        }
+    }
 }
 
 /// What one job's elector needs.
@@ -169,10 +177,9 @@ pub struct Elector {
     pub timing: Timing,
     /// The job's keys.
     pub keys: JobKeys,
-    /// Signalled when the job's lease is released (see [`listen_for_releases`]).
-    pub released: Arc<Notify>,
-    /// The owner named by the last release notice (`node:uuid`).
-    pub released_by: Arc<std::sync::Mutex<String>>,
+    /// Signalled when the job's lease is released (see [`listen_for_releases`]), with the
+    /// releasing owner (`node:uuid`) as payload.
+    pub released: Notice,
     /// Replicas every write of this node's terms waits for (`--min-replicas`).
     pub replicas: Option<Replicas>,
     /// The membership as this host sees it: a host not preferred for the job campaigns a
@@ -304,7 +311,7 @@ impl Elector {
                         // A release meanwhile (the member deferred to leaving, or handing the
                         // job on before this host ever saw it lead): left out of the
                         // preference, it may make this host the one to campaign now.
-                        _ = self.released.notified() => {
+                        _ = self.released.wake.notified() => {
                             if let Some(by) = self.released_node() {
                                 last_holder = Some(by);
                             }
@@ -472,7 +479,7 @@ impl Elector {
             after_expiry = false;
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
-                _ = self.released.notified() => {}
+                _ = self.released.wake.notified() => {}
                 _ = resign.cancelled() => {}
             }
         }
@@ -494,7 +501,12 @@ impl Elector {
 
     /// The node of the owner the last release notice named, if it named one.
     fn released_node(&self) -> Option<String> {
-        let by = self.released_by.lock().expect("notice payload");
+        let by = self
+            .released
+            .payload
+            .as_ref()?
+            .lock()
+            .expect("notice payload");
         (!by.is_empty()).then(|| owner_node(&by).to_string())
     }
 
@@ -561,7 +573,7 @@ impl Elector {
                     // The heartbeat stopped (shutdown): the observed expiry still wakes us.
                     None => expiry = expiry.or_else(|| Some(Instant::now() + self.timing.heartbeat)),
                 },
-                _ = self.released.notified() => return (Woke::Released, holder),
+                _ = self.released.wake.notified() => return (Woke::Released, holder),
                 Ok(()) = members.changed() => {
                     follow.expect(expiry.unwrap_or_else(Instant::now), self.ask());
                 }

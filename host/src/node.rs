@@ -179,20 +179,13 @@ impl Host {
         let (role_tx, role_rx) = watch::channel(Role::Candidate);
         let role = role_rx.clone();
         let keys = JobKeys::new(&name);
-        let released = Arc::new(tokio::sync::Notify::new());
-        let released_by = Arc::new(std::sync::Mutex::new(String::new()));
+        let released = Notice::with_payload();
         let channel = keys.released_channel();
         let notice = Arc::new(tokio::sync::Notify::new());
         let work = Arc::new(tokio::sync::Notify::new());
         {
             let mut notices = self.notices.lock().expect("release notices");
-            notices.insert(
-                channel.clone(),
-                Notice {
-                    wake: released.clone(),
-                    payload: Some(released_by.clone()),
-                },
-            );
+            notices.insert(channel.clone(), released.clone());
             notices.insert(keys.notice_channel(), Notice::wake(notice.clone()));
             notices.insert(keys.work_channel(), Notice::wake(work.clone()));
         }
@@ -204,7 +197,6 @@ impl Host {
             timing: cfg.timing,
             keys: keys.clone(),
             released,
-            released_by,
             replicas: cfg.replicas,
             members: self.members.clone(),
             hand_over,

@@ -9,7 +9,7 @@ use leasehold::config::Timing;
 use leasehold::elector::{Elector, Notice, Role, listen_for_releases};
 use leasehold::keys::JobKeys;
 use leasehold::redis_conn::Conn;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::harness::{RedisServer, deadline, wait_for};
@@ -28,7 +28,7 @@ async fn one_of_three_leads_and_a_follower_takes_over_with_a_higher_token() {
             let conn = connect(&redis).await;
             let (role_tx, role_rx) = watch::channel(Role::Candidate);
             let resign = CancellationToken::new();
-            let elector = Elector { job: "recon".into(), node: format!("n{i}"), timing, keys: JobKeys::new("recon"), released: Arc::new(Notify::new()), released_by: Arc::default(), replicas: None, members: no_members(), hand_over: watch::channel(0).1, version: watch::channel(String::new()).1, heartbeat: heartbeat(&conn, timing, &format!("n{i}")), campaigns: campaigns(&conn) };
+            let elector = Elector { job: "recon".into(), node: format!("n{i}"), timing, keys: JobKeys::new("recon"), released: Notice::with_payload(), replicas: None, members: no_members(), hand_over: watch::channel(0).1, version: watch::channel(String::new()).1, heartbeat: heartbeat(&conn, timing, &format!("n{i}")), campaigns: campaigns(&conn) };
             let task = tokio::spawn(elector.run(conn, role_tx, resign.clone()));
             nodes.push((task, role_rx, resign));
         }
@@ -85,16 +85,9 @@ async fn a_resigning_leader_hands_over_without_waiting_for_the_ttl() {
         let mut nodes = Vec::new();
         for i in 0..2 {
             let conn = connect(&redis).await;
-            let released = Arc::new(Notify::new());
-            let released_by: Arc<std::sync::Mutex<String>> = Arc::default();
+            let released = Notice::with_payload();
             let stop = CancellationToken::new();
-            let channels = HashMap::from([(
-                keys.released_channel(),
-                Notice {
-                    wake: released.clone(),
-                    payload: Some(released_by.clone()),
-                },
-            )]);
+            let channels = HashMap::from([(keys.released_channel(), released.clone())]);
             tokio::spawn(listen_for_releases(
                 vec![redis.client()],
                 std::sync::Arc::new(std::sync::Mutex::new(channels)),
@@ -108,7 +101,6 @@ async fn a_resigning_leader_hands_over_without_waiting_for_the_ttl() {
                 timing,
                 keys: keys.clone(),
                 released,
-                released_by,
                 replicas: None,
                 members: no_members(),
                 hand_over: watch::channel(0).1,
