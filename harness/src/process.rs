@@ -105,7 +105,19 @@ impl HostProcess {
     /// Waits (up to `limit`) for a log line containing `needle`; panics with the log after.
     pub async fn wait_for_log(&self, needle: &str, limit: Duration) -> String {
         let what = format!("a log line containing {needle:?}");
-        self.wait_for_line(&what, limit, |l| l.contains(needle).then(|| l.to_string()))
+        self.wait_for_log_matching(&what, limit, |l| l.contains(needle))
+            .await
+    }
+
+    /// Waits (up to `limit`) for a log line for which `matches` is true, and returns it; panics
+    /// naming `what`, with the log.
+    pub async fn wait_for_log_matching(
+        &self,
+        what: &str,
+        limit: Duration,
+        matches: impl Fn(&str) -> bool,
+    ) -> String {
+        self.wait_for_line(what, limit, |l| matches(l).then(|| l.to_string()))
             .await
     }
 
@@ -271,4 +283,19 @@ pub fn output_in(mut cmd: Command, limit: Duration) -> std::process::Output {
     rx.recv_timeout(limit)
         .unwrap_or_else(|_| panic!("{program} did not exit within {limit:?}"))
         .expect("running the command")
+}
+
+/// Runs `{binary} trigger JOB --period PERIOD --redis-url URL` (without `LEASEHOLD_REDIS_URL`
+/// from the environment; within 30 s); panics unless it succeeds, and returns what it printed.
+pub fn trigger(binary: &str, redis_url: &str, job: &str, period: &str) -> String {
+    let mut cmd = Command::new(binary);
+    cmd.args(["trigger", job, "--period", period, "--redis-url", redis_url])
+        .env_remove("LEASEHOLD_REDIS_URL");
+    let out = output_within(cmd);
+    assert!(
+        out.status.success(),
+        "trigger failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("trigger prints UTF-8")
 }

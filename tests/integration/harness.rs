@@ -59,20 +59,7 @@ pub(crate) fn run_leasehold_within<S: AsRef<std::ffi::OsStr>>(
 /// Runs `leasehold trigger JOB --period PERIOD` against `redis`; panics unless it succeeds, and
 /// returns what it printed.
 pub(crate) fn trigger(redis: &RedisServer, job: &str, period: &str) -> String {
-    let out = run_leasehold(&[
-        "trigger",
-        job,
-        "--period",
-        period,
-        "--redis-url",
-        &redis.url(),
-    ]);
-    assert!(
-        out.status.success(),
-        "trigger failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    leasehold_harness::process::trigger(LEASEHOLD, &redis.url(), job, period)
 }
 
 /// The run record of `job`'s `period`, if there is one.

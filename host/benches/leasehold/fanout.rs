@@ -52,22 +52,7 @@ fn logged(hosts: &[HostProcess], needle: &str, period: &str) -> Option<SystemTim
 
 /// `leasehold trigger JOB --period PERIOD`; panics unless it succeeds.
 fn trigger(redis: &RedisServer, job: &str, period: &str) {
-    let out = std::process::Command::new(LEASEHOLD)
-        .args([
-            "trigger",
-            job,
-            "--period",
-            period,
-            "--redis-url",
-            &redis.url(),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    leasehold_harness::process::trigger(LEASEHOLD, &redis.url(), job, period);
 }
 
 /// Waits for `job`'s run of `period` to be `done`.
