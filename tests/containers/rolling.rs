@@ -22,8 +22,10 @@ fn version(bytes: &[u8]) -> String {
 #[ignore = "container tier: needs Docker and ./dev images (./dev test runs it)"]
 async fn a_job_replaced_mid_run_finishes_with_its_version_and_every_replica_takes_the_new_one() {
     deadline(Duration::from_secs(240), async {
-        // 300 customers, 40 ms each: six steps of about 2 s.
-        let c = Compose::up("upgrade", Deploy::new("upgrade").with_billing_delay(40)).await;
+        // 300 customers, 100 ms each: six steps of about 5 s, so that the run is still going
+        // when the last replica has loaded the new version (a replica finds it by a directory
+        // event or its 10 s rescan, then compiles it while the others compile it too).
+        let c = Compose::up("upgrade", Deploy::new("upgrade").with_billing_delay(100)).await;
         let jobs = c.deploy().jobs();
         let v1 = std::fs::read(jobs.join("billing.wasm")).unwrap();
         let v2 = new_version(&v1, "v2");
