@@ -193,6 +193,15 @@ impl Balance {
         Some(to)
     }
 
+    /// Whether the preferred member asks for `job` now and the membership rules (settled) would
+    /// let it have the job: a look with no side effect, to decide whether the open runs'
+    /// records are worth reading before [`Balance::hand_over_to`].
+    pub(crate) fn asked_by_preferred(&self, job: &str, wanted: Option<&Ask>, now: Instant) -> bool {
+        let view = self.view.borrow();
+        let to = should_hand_over(&view, job, &self.node, self.heartbeat, now);
+        to.is_some() && wanted.is_some_and(|a| Some(a.node.as_str()) == to)
+    }
+
     /// Asks the elector to hand the term with `token` over.
     pub(crate) fn ask(&self, token: u64) {
         self.hand_over.send_replace(token);

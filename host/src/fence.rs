@@ -74,28 +74,52 @@ local function claim_holds(stream, group, entry, consumer, deliveries)
 end
 "#;
 
+/// Lua, for every script that acts on a task: `run_ended(rec, run)` is true when the task's
+/// record `rec` (decoded, `nil` when absent) says its run is over: the record is gone (a run
+/// that ends deletes its tasks' records) or belongs to another attempt of the run than `run`
+/// (a re-run submitted the task anew; `'0'` and records without an attempt match any).
+pub(crate) const RUN_ENDED: &str = r#"
+local function run_ended(rec, run)
+  if not rec then
+    return true
+  end
+  return rec.run ~= nil and run ~= '0' and rec.run ~= '0' and tostring(rec.run) ~= run
+end
+"#;
+
 static FENCED_WRITE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{TERM_CHECK}{CLAIM_CHECK}{}",
+        "{TERM_CHECK}{CLAIM_CHECK}{RUN_ENDED}{}",
         r#"
--- KEYS: lease, fence, open-runs index, requests, usage, run index, tasks stream, keys to
---       set..., keys to delete...
+-- KEYS: lease, fence, open-runs index, requests, usage, run index, tasks stream, a run's task
+--       hash (the task's, for a task's write; the ending run's, for a run's end; else unused),
+--       keys to set..., keys to delete...
 -- ARGV: owner, token, number of keys to set, create ('1': only if no key to set exists),
 --       number of index additions, of index removals, of request clearings,
 --       quota of keys and of bytes ('' and '': the keys to set are not counted),
---       number of run-index additions, and a task's claim (group, entry, consumer,
---       deliveries; '' when the write is a step's),
+--       number of run-index additions, the task group, a task's claim (entry, consumer,
+--       deliveries, task id, run attempt; '' when the write is a step's), '1' when the write
+--       ends a run (its tasks' entries are acknowledged and deleted),
 --       values... (one per key to set), periods to add to the index...,
 --       periods to remove from it..., (period, request id) pairs to clear..., periods to add
 --       to the run index...
-local K, A = 7, 14
+local K, A = 8, 17
 local refused, fence_token = term_check(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 if refused then
   return refused
 end
--- A task's write also needs the worker's claim on the task.
-if ARGV[11] ~= '' and not claim_holds(KEYS[7], ARGV[11], ARGV[12], ARGV[13], ARGV[14]) then
-  return {0, 'claim-lost', fence_token or '', ARGV[13]}
+-- A task's write also needs its run to be open (not ended, not run again), and the worker's
+-- claim on the task's current entry.
+if ARGV[12] ~= '' then
+  local raw = redis.call('HGET', KEYS[8], 't:' .. ARGV[15])
+  local rec = raw and cjson.decode(raw)
+  if run_ended(rec, ARGV[16]) then
+    return {0, 'run-ended', fence_token or '', ARGV[15]}
+  end
+  if rec.entry ~= ARGV[12] or rec.state ~= 'queued'
+      or not claim_holds(KEYS[7], ARGV[11], ARGV[12], ARGV[13], ARGV[14]) then
+    return {0, 'claim-lost', fence_token or '', ARGV[13]}
+  end
 end
 local token = tonumber(ARGV[2])
 if (not fence_token) or token > tonumber(fence_token) then
@@ -132,6 +156,20 @@ if ARGV[8] ~= '' then
   end
   redis.call('HSET', KEYS[5], 'keys', string.format('%.0f', keys), 'bytes', string.format('%.0f', bytes))
   usage = {string.format('%.0f', keys), string.format('%.0f', bytes)}
+end
+-- A run that ends ends its tasks: every entry still queued is acknowledged and deleted, so no
+-- worker's claim on it holds and no worker fetches it (their records go with the run's keys).
+if ARGV[17] == '1' then
+  local all = redis.call('HGETALL', KEYS[8])
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 2) == 't:' then
+      local rec = cjson.decode(all[i + 1])
+      if rec.state == 'queued' and rec.entry then
+        redis.call('XACK', KEYS[7], ARGV[11], rec.entry)
+        redis.call('XDEL', KEYS[7], rec.entry)
+      end
+    end
+  end
 end
 for i = 1, #KEYS - K do
   if i <= sets then
@@ -198,6 +236,12 @@ pub enum Refusal {
         /// The worker (its consumer name).
         consumer: String,
     },
+    /// The task's run is over: it is done or failed (its tasks ended with it), or the period
+    /// was run again (the task belongs to an earlier attempt).
+    RunEnded {
+        /// The task id.
+        task: String,
+    },
 }
 
 impl fmt::Display for Refusal {
@@ -223,7 +267,11 @@ impl fmt::Display for Refusal {
             }
             Refusal::ClaimLost { consumer } => write!(
                 f,
-                "fenced: worker {consumer} no longer holds its claim on the task (another worker took it over)"
+                "fenced: worker {consumer} no longer holds its claim on the task (another worker took it over, or the task was queued again)"
+            ),
+            Refusal::RunEnded { task } => write!(
+                f,
+                "fenced: task {task}'s run has ended (done, failed, or run again as a new attempt); a task of an ended run changes nothing"
             ),
         }
     }
@@ -255,6 +303,10 @@ pub struct Bookkeeping<'a> {
     pub clear_requests: &'a [(String, String)],
     /// Periods added to the run index (`lh:{job}:runs`): every period whose record is written.
     pub runs_add: &'a [String],
+    /// The period whose run this write ends (a final record): its tasks still queued are
+    /// acknowledged and deleted from the stream, so no worker's claim on them holds and no
+    /// task of the run can write again.
+    pub end_tasks: Option<&'a str>,
 }
 
 /// Sets every `(key, value)` pair (full Redis keys of this job), fenced by the term
@@ -334,6 +386,11 @@ pub async fn invoke<C: ConnectionLike>(
         .key(keys.usage())
         .key(keys.runs())
         .key(keys.tasks())
+        .key(match (write.claim, book.end_tasks) {
+            (Some(c), _) => keys.task_runs(&c.period),
+            (None, Some(period)) => keys.task_runs(period),
+            (None, None) => keys.tasks(),
+        })
         .arg(owner)
         .arg(token)
         .arg(write.sets.len())
@@ -346,14 +403,17 @@ pub async fn invoke<C: ConnectionLike>(
         None => inv.arg("").arg(""),
     };
     inv.arg(book.runs_add.len());
+    inv.arg(crate::tasks::GROUP);
     match write.claim {
         Some(c) => inv
-            .arg(crate::tasks::GROUP)
             .arg(&c.entry)
             .arg(&c.consumer)
-            .arg(c.deliveries),
-        None => inv.arg("").arg("").arg("").arg(""),
+            .arg(c.deliveries)
+            .arg(&c.id)
+            .arg(c.run),
+        None => inv.arg("").arg("").arg("").arg("").arg(""),
     };
+    inv.arg(if book.end_tasks.is_some() { "1" } else { "" });
     for (key, value) in write.sets {
         inv.key(key).arg(*value);
     }
@@ -408,6 +468,7 @@ pub(crate) fn refusal(kind: &str, token: u64, fence_token: &str, holder: String)
             fence_holder: holder,
         },
         "claim-lost" => Refusal::ClaimLost { consumer: holder },
+        "run-ended" => Refusal::RunEnded { task: holder },
         _ => Refusal::NotLeaseholder {
             lease_holder: holder,
         },

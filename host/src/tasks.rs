@@ -2,7 +2,8 @@
 //! every result fenced (issue: a job's leader hands tasks to worker replicas).
 //!
 //! **Layout** (one job `J`, one hash slot): the stream `lh:{J}:tasks` holds one entry per
-//! task attempt (`period`, `id`, `attempt`, and the submitting term's `token` and `owner`),
+//! task attempt (`period`, `id`, `attempt`, the run's attempt `run`, and the submitting term's
+//! `token` and `owner`),
 //! read by every host through the consumer group [`GROUP`]; the hash `lh:{J}:task:<period>`
 //! holds each task's record (`t:<id>`: state, attempt, its current stream entry, its term, its
 //! last error) and the run's counters (`n:submitted`, `n:finished`, `n:failed`); the hash
@@ -23,6 +24,14 @@
 //! * [`adopt`] — a new leader resuming a run: every unfinished task gets a new entry of its
 //!   term, and the old entries are dropped, so results of the old term's attempts are refused
 //!   (the tasks run again under the new term; finished ones keep their outputs).
+//! * **A run's end ends its tasks** (I12): the runner's write of a final record (`done`,
+//!   `failed`) acknowledges and deletes every queued entry of the run
+//!   ([`crate::fence::Bookkeeping::end_tasks`]) and deletes its task records and data, in the
+//!   same fenced write. Every task script then checks the task's record first
+//!   ([`crate::fence::RUN_ENDED`]): gone, or of another attempt of the run (a re-run submits its
+//!   tasks anew, each entry naming its run attempt), and a task's `store` write, its result and
+//!   its claim refresh are refused as "the task's run has ended", so a worker stops the task and
+//!   says why.
 //! * A worker's claim is its own state: [`fetch`] takes new entries (`XREADGROUP`), or entries
 //!   whose worker stopped answering (`XAUTOCLAIM` after the claim's idle time: the lease TTL,
 //!   the members' TTL), and [`refresh`] keeps a running task's claim fresh every heartbeat.
@@ -36,7 +45,7 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::{Script, Value};
 
-use crate::fence::{CLAIM_CHECK, FenceError, TERM_CHECK, refusal};
+use crate::fence::{CLAIM_CHECK, FenceError, RUN_ENDED, TERM_CHECK, refusal};
 use crate::keys::JobKeys;
 
 /// The consumer group of every job's task stream.
@@ -51,7 +60,7 @@ pub const MOST_PER_RUN: u32 = 100_000;
 /// Longest task id, in bytes.
 pub const ID_MAX: usize = 128;
 
-/// A worker's claim on one task's stream entry.
+/// A worker's claim on one task's stream entry, and the task it is for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Claim {
     /// The stream entry.
@@ -60,6 +69,13 @@ pub struct Claim {
     pub consumer: String,
     /// How many times the entry had been delivered when this worker claimed it.
     pub deliveries: u64,
+    /// The period of the task's run.
+    pub period: String,
+    /// The task id.
+    pub id: String,
+    /// The attempt of the run that submitted the task (0 in entries of hosts before it was
+    /// recorded): a re-run of the period is a new attempt, and ends the old attempt's tasks.
+    pub run: u32,
 }
 
 /// A task as a worker took it from the stream.
@@ -85,11 +101,13 @@ pub struct Fetched {
     pub reclaimed: bool,
 }
 
-/// The run a task is submitted for: its period, scheduled time and component version.
+/// The run a task is submitted for: its period, attempt, scheduled time and component version.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunOf {
     /// The period.
     pub period: String,
+    /// The run's attempt (from 1; 0 when unknown, as in tests outside a runner).
+    pub attempt: u32,
     /// Its scheduled time (RFC 3339).
     pub scheduled_at: String,
     /// The component version the run runs with.
@@ -145,8 +163,8 @@ pub enum Completed {
     Retried,
     /// The failed attempt was the last: the task failed (and the run with it).
     Failed,
-    /// Refused: the submitting term no longer leads, or the claim or entry is not this
-    /// worker's any more. Nothing was written.
+    /// Refused: the submitting term no longer leads, the claim or entry is not this worker's
+    /// any more, or the task's run has ended. Nothing was written.
     Refused(crate::fence::Refusal),
 }
 
@@ -156,7 +174,8 @@ static SUBMIT: LazyLock<Script> = LazyLock::new(|| {
         r#"
 -- KEYS: lease, fence, tasks stream, the run's task hash, its data hash.
 -- ARGV: owner, token, group, period, work channel, number of tasks, the run's component
---       version, its scheduled time, the most tasks a run may have, then (id, payload) pairs.
+--       version, its scheduled time, the most tasks a run may have, the run's attempt, then
+--       (id, payload) pairs.
 local refused = term_check(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 if refused then
   return refused
@@ -164,7 +183,7 @@ end
 -- The run's bound: nothing is added when the new tasks would take it past it.
 local new = 0
 for i = 1, tonumber(ARGV[6]) do
-  if redis.call('HEXISTS', KEYS[4], 't:' .. ARGV[8 + 2 * i]) == 0 then
+  if redis.call('HEXISTS', KEYS[4], 't:' .. ARGV[9 + 2 * i]) == 0 then
     new = new + 1
   end
 end
@@ -176,13 +195,14 @@ end
 redis.pcall('XGROUP', 'CREATE', KEYS[3], ARGV[3], '0', 'MKSTREAM')
 local added = 0
 for i = 1, tonumber(ARGV[6]) do
-  local id, payload = ARGV[8 + 2 * i], ARGV[9 + 2 * i]
+  local id, payload = ARGV[9 + 2 * i], ARGV[10 + 2 * i]
   if redis.call('HEXISTS', KEYS[4], 't:' .. id) == 0 then
     local entry = redis.call('XADD', KEYS[3], '*', 'period', ARGV[4], 'id', id, 'attempt', '1',
-      'token', ARGV[2], 'owner', ARGV[1], 'component', ARGV[7], 'scheduled', ARGV[8])
+      'token', ARGV[2], 'owner', ARGV[1], 'component', ARGV[7], 'scheduled', ARGV[8],
+      'run', ARGV[10])
     redis.call('HSET', KEYS[4], 't:' .. id, cjson.encode({state = 'queued', attempt = 1,
       entry = entry, token = ARGV[2], owner = ARGV[1], component = ARGV[7],
-      scheduled = ARGV[8]}))
+      scheduled = ARGV[8], run = ARGV[10]}))
     redis.call('HSET', KEYS[5], 'p:' .. id, payload)
     redis.call('HINCRBY', KEYS[4], 'n:submitted', 1)
     added = added + 1
@@ -198,21 +218,28 @@ return {1, 'submitted', tostring(added), ''}
 
 static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{TERM_CHECK}{CLAIM_CHECK}{}",
+        "{TERM_CHECK}{CLAIM_CHECK}{RUN_ENDED}{}",
         r#"
 -- KEYS: lease, fence, tasks stream, the run's task hash, its data hash.
 -- ARGV: owner, token (the submitting term's), group, entry, consumer, deliveries, id,
---       'ok' or 'fail', output or error, attempts allowed, period, work channel, notice channel.
+--       'ok' or 'fail', output or error, attempts allowed, period, work channel, notice channel,
+--       the run attempt the task was submitted for.
 local refused = term_check(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 if refused then
   return refused
 end
+local raw = redis.call('HGET', KEYS[4], 't:' .. ARGV[7])
+local rec = raw and cjson.decode(raw)
+if run_ended(rec, ARGV[14]) then
+  -- The run is over (done, failed: its task records went with it) or was run again.
+  redis.call('XACK', KEYS[3], ARGV[3], ARGV[4])
+  redis.call('XDEL', KEYS[3], ARGV[4])
+  return {0, 'run-ended', '', ARGV[7]}
+end
 if not claim_holds(KEYS[3], ARGV[3], ARGV[4], ARGV[5], ARGV[6]) then
   return {0, 'claim-lost', '', ARGV[5]}
 end
-local raw = redis.call('HGET', KEYS[4], 't:' .. ARGV[7])
-local rec = raw and cjson.decode(raw)
-if not rec or rec.entry ~= ARGV[4] or rec.state ~= 'queued' then
+if rec.entry ~= ARGV[4] or rec.state ~= 'queued' then
   -- Not this task's current attempt any more (adopted, requeued or finished): drop the entry.
   redis.call('XACK', KEYS[3], ARGV[3], ARGV[4])
   redis.call('XDEL', KEYS[3], ARGV[4])
@@ -231,7 +258,7 @@ elseif rec.attempt < tonumber(ARGV[10]) then
   rec.error = ARGV[9]
   rec.entry = redis.call('XADD', KEYS[3], '*', 'period', ARGV[11], 'id', ARGV[7], 'attempt',
     tostring(rec.attempt), 'token', ARGV[2], 'owner', ARGV[1], 'component', rec.component,
-    'scheduled', rec.scheduled)
+    'scheduled', rec.scheduled, 'run', rec.run or '0')
   redis.call('PUBLISH', ARGV[12], 'tasks')
   outcome = 'retried'
 else
@@ -276,7 +303,7 @@ for i = 1, #all, 2 do
       rec.token, rec.owner = ARGV[2], ARGV[1]
       rec.entry = redis.call('XADD', KEYS[3], '*', 'period', ARGV[4], 'id',
         string.sub(field, 3), 'attempt', tostring(rec.attempt), 'token', ARGV[2], 'owner', ARGV[1],
-        'component', rec.component, 'scheduled', rec.scheduled)
+        'component', rec.component, 'scheduled', rec.scheduled, 'run', rec.run or '0')
       redis.call('HSET', KEYS[4], field, cjson.encode(rec))
       adopted = adopted + 1
     end
@@ -330,10 +357,15 @@ return out
 
 static REFRESH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{CLAIM_CHECK}{}",
+        "{CLAIM_CHECK}{RUN_ENDED}{}",
         r#"
--- KEYS: tasks stream.  ARGV: group, entry, consumer, deliveries.
--- Resets the entry's idle time while this worker still holds it (JUSTID: not a delivery).
+-- KEYS: tasks stream, the run's task hash.  ARGV: group, entry, consumer, deliveries, id, run.
+-- Resets the entry's idle time while this worker still holds it (JUSTID: not a delivery);
+-- 2 when the task's run has ended, 0 when the claim is another's.
+local raw = redis.call('HGET', KEYS[2], 't:' .. ARGV[5])
+if run_ended(raw and cjson.decode(raw), ARGV[6]) then
+  return 2
+end
 if not claim_holds(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4]) then
   return 0
 end
@@ -420,7 +452,8 @@ pub async fn submit<C: ConnectionLike>(
         .arg(tasks.len())
         .arg(&run.component)
         .arg(&run.scheduled_at)
-        .arg(MOST_PER_RUN);
+        .arg(MOST_PER_RUN)
+        .arg(run.attempt);
     for (id, payload) in tasks {
         inv.arg(id).arg(payload.as_slice());
     }
@@ -468,6 +501,9 @@ pub async fn fetch<C: ConnectionLike>(
                     entry,
                     consumer: consumer.to_string(),
                     deliveries,
+                    period: field("period"),
+                    id: field("id"),
+                    run: field("run").parse().unwrap_or(0),
                 },
                 period: field("period"),
                 id: field("id"),
@@ -507,21 +543,39 @@ pub async fn payload<C: ConnectionLike>(
         .await
 }
 
-/// Keeps `claim` fresh (resets its idle time); false when it is not this worker's any more.
+/// What [`refresh`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Held {
+    /// The claim is this worker's: its idle time was reset.
+    Yes,
+    /// Another worker took the task over, or it was requeued or finished meanwhile.
+    TakenOver,
+    /// The task's run is over (done, failed or run again): the task may change nothing.
+    RunEnded,
+}
+
+/// Keeps `claim` fresh (resets its idle time) while it is this worker's and its run is open.
 pub async fn refresh<C: ConnectionLike>(
     conn: &mut C,
     keys: &JobKeys,
     claim: &Claim,
-) -> redis::RedisResult<bool> {
+) -> redis::RedisResult<Held> {
     let held: i64 = REFRESH
         .key(keys.tasks())
+        .key(keys.task_runs(&claim.period))
         .arg(GROUP)
         .arg(&claim.entry)
         .arg(&claim.consumer)
         .arg(claim.deliveries)
+        .arg(&claim.id)
+        .arg(claim.run)
         .invoke_async(conn)
         .await?;
-    Ok(held == 1)
+    Ok(match held {
+        1 => Held::Yes,
+        2 => Held::RunEnded,
+        _ => Held::TakenOver,
+    })
 }
 
 /// Records `attempt` of `task` as its submitting term and under the worker's claim (see the
@@ -556,6 +610,7 @@ pub async fn complete<C: ConnectionLike>(
         .arg(&task.period)
         .arg(keys.work_channel())
         .arg(keys.notice_channel())
+        .arg(task.claim.run)
         .invoke_async(conn)
         .await?;
     Ok(match reply(task.token, v) {

@@ -32,7 +32,7 @@ use crate::keys::JobKeys;
 use crate::members::WorkerStats;
 use crate::redis_conn::Conn;
 use crate::runtime::{LoadedJob, RunInfo, Runtime, StepContext, StepError, Task, Work};
-use crate::tasks::{self, Attempt, Completed, Fetched};
+use crate::tasks::{self, Attempt, Completed, Fetched, Held};
 use crate::term::Term;
 
 /// Component versions of one job a worker keeps, newest last (as a runner does).
@@ -238,13 +238,19 @@ impl Workers {
         };
         let out = tokio::select! {
             out = self.runtime.run_task(job, ctx, &run, &guest_task) => out,
-            () = self.keep_claim(keys, &task, &term) => Err(StepError::LostLeadership(None)),
+            why = self.keep_claim(keys, &task, &term) => Err(StepError::LostLeadership(Some(why))),
         };
         c.running.fetch_sub(1, Ordering::Relaxed);
         let took = started.elapsed();
         let attempt = match out {
             _ if !term.still_leader() => {
-                info!(period = %task.period, "task output dropped: this worker's claim lapsed or the term moved on (another worker runs it)");
+                // Why, when it is known: the fence's refusal of one of its writes, or what the
+                // claim's refresh found; else the claim's deadline passed unrefreshed.
+                let why = match &out {
+                    Err(StepError::LostLeadership(Some(why))) => why.as_str(),
+                    _ => "this worker's claim lapsed unrefreshed (another worker runs the task)",
+                };
+                info!(period = %task.period, "task stopped, its output dropped: {why}");
                 c.refused.fetch_add(1, Ordering::Relaxed);
                 metrics.task(name, "dropped", Some(took));
                 return;
@@ -295,14 +301,19 @@ impl Workers {
     }
 
     /// Refreshes the claim every heartbeat, moving `term`'s deadline to `t_sent + ttl − margin`
-    /// of each refresh Redis confirmed; ends `term` and returns when the claim is found taken
-    /// over. A refresh that fails leaves the deadline where it was.
-    async fn keep_claim(&self, keys: &JobKeys, task: &Fetched, term: &Term) {
+    /// of each refresh Redis confirmed; ends `term` and returns why when the claim is found
+    /// taken over or the task's run has ended. A refresh that fails leaves the deadline where
+    /// it was.
+    async fn keep_claim(&self, keys: &JobKeys, task: &Fetched, term: &Term) -> String {
         let mut conn = self.conn.clone();
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(self.timing.heartbeat) => {}
-                _ = term.ended() => return,
+                _ = term.ended() => {
+                    // Ended elsewhere (a refused write, the deadline): the guest is stopped
+                    // by the term's end, and its outcome says why.
+                    std::future::pending::<()>().await;
+                }
             }
             let sent = Instant::now();
             match tokio::time::timeout(
@@ -311,11 +322,14 @@ impl Workers {
             )
             .await
             {
-                Ok(Ok(true)) => term.extend(sent + self.timing.leader_window()),
-                Ok(Ok(false)) => {
-                    warn!(period = %task.period, "this worker's claim on the task was taken over; stopping it");
+                Ok(Ok(Held::Yes)) => term.extend(sent + self.timing.leader_window()),
+                Ok(Ok(Held::TakenOver)) => {
                     term.end();
-                    return;
+                    return "this worker's claim on the task was taken over by another worker (or the task was queued again)".into();
+                }
+                Ok(Ok(Held::RunEnded)) => {
+                    term.end();
+                    return "the task's run has ended (done, failed, or run again as a new attempt)".into();
                 }
                 _ => {}
             }

@@ -1,8 +1,10 @@
 //! Membership and leadership balancing with real hosts: three replicas of twelve jobs each lead
 //! the jobs they are preferred for (weighted rendezvous hashing over the live members), the
 //! survivors of a SIGKILL take over every job, and a returning replica gets its jobs back
-//! through graceful hand-overs between runs. Every write stays fenced throughout (the applied
-//! history), because balance only decides who campaigns first.
+//! through graceful hand-overs between runs. A run that waits (for its inputs) after a step
+//! stays with its component version: the preferred member with another version does not get it
+//! until the run is over. Every write stays fenced throughout (the applied history), because
+//! balance only decides who campaigns first.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,7 +14,8 @@ use leasehold::members::{MemberInfo, Members, preferred};
 use redis::AsyncCommands;
 
 use crate::harness::{
-    HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, guests, http, run_leasehold, wait_for,
+    HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, guests, http, new_version,
+    run_leasehold, run_record, wait_for,
 };
 use crate::history::Recorder;
 
@@ -219,6 +222,120 @@ async fn a_run_that_never_ends_is_handed_over_between_two_steps() {
             let n = b.log_lines_with("\"step done\"").len();
             async move { (n >= 3).then_some(()) }
         })
+        .await;
+        recorder.check().unwrap_or_else(|v| panic!("{v}"));
+    })
+    .await;
+}
+
+/// Issue 23, defect 1: a run that is open but deferred (its inputs not ready after a step) was
+/// treated as "between runs" and handed to the preferred member without the version check, and
+/// failed there with `version-changed`. It is a run in progress: it stays with a host that has
+/// its version, finishes there, and only then does the job move.
+#[tokio::test]
+async fn a_waiting_run_stays_with_its_version_and_the_job_moves_after_it() {
+    deadline(Duration::from_secs(180), async {
+        let redis = RedisServer::start().await;
+        let dir = TempDir::new("balance-waiting");
+        let data = dir.path().join("data");
+        let two = membership(&["wait-a", "wait-b"]);
+        let name = (0..)
+            .map(|i| format!("defer-{i}"))
+            .find(|j| preferred(j, &two, None) == Some("wait-b"))
+            .unwrap();
+        // wait-a serves the stepper as built; wait-b (preferred) serves another version of it.
+        let v1 = std::fs::read(guests().wasm("stepper")).unwrap();
+        for (jobs, bytes) in [("jobs-a", v1.clone()), ("jobs-b", new_version(&v1, "v2"))] {
+            let jobs = dir.path().join(jobs);
+            std::fs::create_dir_all(&jobs).unwrap();
+            std::fs::write(jobs.join("stepper.wasm"), bytes).unwrap();
+            std::fs::write(jobs.join("stepper.toml"), format!("name = \"{name}\"\n")).unwrap();
+        }
+        let inputs = data.join(&name);
+        std::fs::create_dir_all(&inputs).unwrap();
+        std::fs::write(inputs.join("defer"), "").unwrap();
+        std::fs::write(inputs.join("go-0"), "").unwrap();
+        let recorder = Recorder::start(&redis).await;
+        let start = |node: &str, jobs: &str| {
+            HostProcess::start_node(
+                LEASEHOLD,
+                &redis.url(),
+                &dir.path().join(jobs),
+                node,
+                ("2s", "500ms"),
+                &["--data-dir", data.to_str().unwrap()],
+            )
+        };
+        let a = start("wait-a", "jobs-a");
+        // Step 0 done, step 1's input missing: the run waits, open, with wait-a's version.
+        let period = wait_for(
+            "the run to wait after its first step",
+            Duration::from_secs(60),
+            || async {
+                let records = crate::harness::run_records(&redis, &name).await;
+                records
+                    .into_iter()
+                    .find(|r| r["status"] == "waiting" && r["step"] == 1)
+            },
+        )
+        .await;
+        let component = period["component"].as_str().unwrap().to_string();
+        let period = period["period"].as_str().unwrap().to_string();
+        let _b = start("wait-b", "jobs-b");
+        // wait-b asks for the job; wait-a keeps it, saying why. (Before the fix it handed the
+        // job over and wait-b failed the run with version-changed.)
+        wait_for(
+            "wait-a to keep the waiting run",
+            Duration::from_secs(60),
+            || async {
+                let record = run_record(&redis, &name, &period).await.unwrap();
+                assert_ne!(
+                    record["status"], "failed",
+                    "the waiting run was handed over: {record}"
+                );
+                (!a.log_lines_with("keeping the job instead of handing it to its preferred member")
+                    .is_empty())
+                .then_some(())
+            },
+        )
+        .await;
+        let kept =
+            a.log_lines_with("keeping the job instead of handing it to its preferred member");
+        assert!(
+            kept[0].contains(&component) && kept[0].contains("wait-b"),
+            "{kept:?}"
+        );
+        assert!(
+            a.log_lines_with("handing over to the job's preferred member")
+                .is_empty(),
+            "{:?}",
+            a.log_lines_with("handing over")
+        );
+        // The inputs arrive: the run finishes on wait-a with the version it started with.
+        std::fs::write(inputs.join("go-1"), "").unwrap();
+        std::fs::write(inputs.join("go-2"), "").unwrap();
+        let done = wait_for("the run to be done", Duration::from_secs(90), || async {
+            let r = run_record(&redis, &name, &period).await.unwrap();
+            assert_ne!(r["status"], "failed", "{r}");
+            (r["status"] == "done").then_some(r)
+        })
+        .await;
+        assert_eq!(done["component"], component.as_str(), "{done}");
+        assert_eq!(done["node"], "wait-a", "{done}");
+        // With no run open, the job moves to its preferred member.
+        wait_for(
+            "wait-b to lead the job",
+            Duration::from_secs(60),
+            || async {
+                let owner: Option<String> = redis
+                    .conn()
+                    .await
+                    .get(format!("lh:{{{name}}}:lease"))
+                    .await
+                    .unwrap();
+                owner.filter(|o| o.starts_with("wait-b:"))
+            },
+        )
         .await;
         recorder.check().unwrap_or_else(|v| panic!("{v}"));
     })

@@ -2,12 +2,14 @@
 //! `guest-jobs/tasker`), with real hosts. Tasks run on every replica; a worker killed or frozen
 //! mid-task has its task taken over, and a frozen worker's late result is never seen; a leader
 //! killed while tasks run is replaced by one that collects them; a task that traps is retried,
-//! then fails the run with its message. In process: the task scripts refuse a result of an
-//! older term, of a worker whose claim was taken over, and a second result.
+//! then fails the run with its message; a run that fails while its tasks are mid-write ends
+//! them (issue 23, defect 2). In process: the task scripts refuse a result of an older term, of
+//! a worker whose claim was taken over, and a second result, and every write of a task whose
+//! run has ended or was run again.
 
 use std::time::Duration;
 
-use leasehold::fence::{FenceError, Refusal};
+use leasehold::fence::{self, Bookkeeping, FenceError, Refusal, TermWrite};
 use leasehold::keys::JobKeys;
 use leasehold::lease::{self, Acquired};
 use leasehold::tasks::{self, Attempt, Completed, RunOf, Submitted};
@@ -35,11 +37,19 @@ struct FanOut {
 impl FanOut {
     /// `n` hosts of the tasker with `config` as its `/data/tasker.json`, TTL 1 s.
     async fn start(name: &str, n: usize, config: Value) -> Self {
+        Self::start_with(name, n, config, None).await
+    }
+
+    /// [`FanOut::start`], with `sidecar` as the job's `tasker.toml` when given.
+    async fn start_with(name: &str, n: usize, config: Value, sidecar: Option<&str>) -> Self {
         let redis = RedisServer::start().await;
         let dir = TempDir::new(name);
         std::fs::create_dir_all(dir.join("jobs")).unwrap();
         std::fs::create_dir_all(dir.join("data/tasker")).unwrap();
         std::fs::copy(guests().wasm("tasker"), dir.join("jobs/tasker.wasm")).unwrap();
+        if let Some(sidecar) = sidecar {
+            std::fs::write(dir.join("jobs/tasker.toml"), sidecar).unwrap();
+        }
         std::fs::write(dir.join("data/tasker/tasker.json"), config.to_string()).unwrap();
         let recorder = Recorder::start(&redis).await;
         let data = dir.join("data");
@@ -269,7 +279,7 @@ async fn a_frozen_workers_late_result_is_never_seen() {
             "the frozen worker to drop or have refused its late result",
             Duration::from_secs(30),
             || {
-                let n = f.hosts[worker].log_lines_with("task output dropped").len()
+                let n = f.hosts[worker].log_lines_with("output dropped").len()
                     + f.hosts[worker].log_lines_with("task result refused").len();
                 async move { (n >= 1).then_some(n) }
             },
@@ -344,6 +354,204 @@ async fn a_task_that_traps_is_retried_then_fails_the_run_with_its_message() {
     .await;
 }
 
+/// Issue 23, defect 2: a task's `store` writes were checked against the term and the claim
+/// only, so a task of a run that had already failed (or finished) kept writing. Now the run's
+/// end ends its tasks: the run fails on its maximum run time while every task is mid-write, and
+/// no task write is applied after the failed record; the workers say why they stopped.
+#[tokio::test]
+async fn a_run_that_fails_while_its_tasks_write_ends_them() {
+    deadline(Duration::from_secs(120), async {
+        let f = FanOut::start_with(
+            "fanout-ended",
+            2,
+            serde_json::json!({"tasks": 2, "spin_ms": 60000, "write_every_ms": 50}),
+            Some("max-run-time = \"3s\"\n"),
+        )
+        .await;
+        let record = f.wait_final("failed", Duration::from_secs(60)).await;
+        assert_eq!(record["failure"], "run-timeout", "{record}");
+        // Both tasks stop at their next write or claim refresh, and say why.
+        let stopped = |f: &FanOut| {
+            f.hosts
+                .iter()
+                .map(|h| h.log_lines_with("run has ended").len())
+                .sum::<usize>()
+        };
+        wait_for("both tasks to stop", Duration::from_secs(30), || {
+            let n = stopped(&f);
+            async move { (n >= 2).then_some(()) }
+        })
+        .await;
+        let history = f
+            .recorder
+            .check()
+            .unwrap_or_else(|v| panic!("fencing violated:\n{v}"));
+        let run_key = format!("lh:{{{JOB}}}:run:{PERIOD}");
+        let failed_at = history
+            .applied
+            .iter()
+            .find(|a| a.key == run_key && a.value.contains("\"status\":\"failed\""))
+            .map(|a| a.at)
+            .expect("the failed record in the history");
+        let ticks = format!("lh:{{{JOB}}}:data:tick/{PERIOD}/");
+        let before = history
+            .applied
+            .iter()
+            .filter(|a| a.key.starts_with(&ticks) && a.at < failed_at)
+            .count();
+        assert!(
+            before >= 2,
+            "the tasks were not writing before the run ended"
+        );
+        let late: Vec<_> = history
+            .applied
+            .iter()
+            .filter(|a| a.key.starts_with(&ticks) && a.at > failed_at)
+            .collect();
+        assert!(
+            late.is_empty(),
+            "task writes applied after the run failed: {late:?}"
+        );
+        // The stream holds nothing of the ended run for a worker to fetch or keep claiming.
+        let mut c = f.redis.conn().await;
+        let pending: Vec<redis::Value> = redis::cmd("XPENDING")
+            .arg(format!("lh:{{{JOB}}}:tasks"))
+            .arg(tasks::GROUP)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(
+            pending[0],
+            redis::Value::Int(0),
+            "entries still pending: {pending:?}"
+        );
+    })
+    .await;
+}
+
+/// A task's `store` write of `value` to its key `tick`, as the term `term` under `claim`.
+async fn task_write(
+    c: &mut leasehold::redis_conn::Conn,
+    keys: &JobKeys,
+    term: (&str, u64),
+    claim: &tasks::Claim,
+    value: &str,
+) -> Result<fence::Written, FenceError> {
+    let sets = [(keys.data("tick"), value.as_bytes())];
+    let write = TermWrite {
+        claim: Some(claim),
+        ..TermWrite::new(&sets, &[])
+    };
+    fence::invoke(c, keys, term, &write).await
+}
+
+/// The scripts' side of defect 2, in process: a task's write is refused once its run has
+/// ended, and once the period was run again (a new attempt's tasks), with the reason; the
+/// run's end acknowledges and deletes its queued entries.
+#[tokio::test]
+async fn a_task_of_an_ended_or_rerun_run_changes_nothing() {
+    deadline(Duration::from_secs(30), async {
+        let redis = RedisServer::start().await;
+        let mut c = conn(&redis).await;
+        let keys = JobKeys::new("ended-tasks");
+        let ttl = Duration::from_secs(10);
+        let Acquired::Granted { token } = lease::acquire(&mut c, &keys, "a:1", ttl).await.unwrap()
+        else {
+            panic!("not granted")
+        };
+        let term = ("a:1", token);
+        let run = |attempt| RunOf {
+            period: "p".into(),
+            attempt,
+            scheduled_at: String::new(),
+            component: "sha256:x".into(),
+        };
+        let two = [
+            ("t-1".to_string(), b"one".to_vec()),
+            ("t-2".to_string(), b"two".to_vec()),
+        ];
+        tasks::submit(&mut c, &keys, term, &run(1), &two)
+            .await
+            .unwrap();
+        let old = tasks::fetch(&mut c, &keys, "w1:x", ttl, 1)
+            .await
+            .unwrap()
+            .remove(0);
+        assert_eq!((old.claim.run, old.claim.id.as_str()), (1, "t-1"));
+        // Mid-run the task writes.
+        task_write(&mut c, &keys, term, &old.claim, "1")
+            .await
+            .unwrap();
+        // The run ends (a final record): its tasks end with it.
+        let period = ["p".to_string()];
+        let end = TermWrite::new(&[], &[]).with(Bookkeeping {
+            open_remove: &period,
+            end_tasks: Some("p"),
+            ..Bookkeeping::default()
+        });
+        let deletes = [keys.task_runs("p"), keys.task_data("p")];
+        let end = TermWrite {
+            deletes: &deletes,
+            ..end
+        };
+        fence::invoke(&mut c, &keys, term, &end).await.unwrap();
+        let late = task_write(&mut c, &keys, term, &old.claim, "2").await;
+        assert!(
+            matches!(&late, Err(FenceError::Refused(Refusal::RunEnded { task })) if task == "t-1"),
+            "{late:?}"
+        );
+        assert!(late.unwrap_err().to_string().contains("run has ended"));
+        assert_eq!(
+            tasks::refresh(&mut c, &keys, &old.claim).await.unwrap(),
+            tasks::Held::RunEnded
+        );
+        let out = Attempt::Output(b"late".to_vec());
+        let done = tasks::complete(&mut c, &keys, &old, &out, 3).await.unwrap();
+        assert!(
+            matches!(done, Completed::Refused(Refusal::RunEnded { .. })),
+            "{done:?}"
+        );
+        // Nothing of the ended run is left in the stream: t-2, never fetched, is gone too.
+        let len: u64 = redis::cmd("XLEN")
+            .arg(keys.tasks())
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(len, 0);
+        assert!(
+            tasks::fetch(&mut c, &keys, "w2:y", Duration::ZERO, 5)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        // The period is run again as attempt 2: the old attempt's task is still refused, the
+        // new attempt's task writes.
+        tasks::submit(&mut c, &keys, term, &run(2), &two[..1])
+            .await
+            .unwrap();
+        let late = task_write(&mut c, &keys, term, &old.claim, "3").await;
+        assert!(
+            matches!(late, Err(FenceError::Refused(Refusal::RunEnded { .. }))),
+            "{late:?}"
+        );
+        let new = tasks::fetch(&mut c, &keys, "w2:y", ttl, 1)
+            .await
+            .unwrap()
+            .remove(0);
+        assert_eq!(new.claim.run, 2);
+        task_write(&mut c, &keys, term, &new.claim, "4")
+            .await
+            .unwrap();
+        assert_eq!(
+            tasks::refresh(&mut c, &keys, &new.claim).await.unwrap(),
+            tasks::Held::Yes
+        );
+        let v: String = c.get(keys.data("tick")).await.unwrap();
+        assert_eq!(v, "4");
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn task_results_are_fenced_by_the_submitting_term_and_the_workers_claim() {
     deadline(Duration::from_secs(30), async {
@@ -358,6 +566,7 @@ async fn task_results_are_fenced_by_the_submitting_term_and_the_workers_claim() 
         let a = grant(lease::acquire(&mut c, &keys, "a:1", ttl).await.unwrap());
         let run = RunOf {
             period: "p".into(),
+            attempt: 1,
             scheduled_at: String::new(),
             component: "sha256:x".into(),
         };

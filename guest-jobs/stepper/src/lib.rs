@@ -1,6 +1,8 @@
 //! Test fixture: a three-step job whose step `n` waits (asking `still-leader` as it goes)
-//! until the file `/data/go-<n>` exists, so a test decides when each step may finish. Its
-//! schedule fires once a year, so a host runs the current period at once.
+//! until the file `/data/go-<n>` exists, so a test decides when each step may finish. While
+//! the file `/data/defer` exists, a step whose gate is missing returns `not-ready` instead of
+//! waiting (the run waits for its inputs, open, between runs). Its schedule fires once a year,
+//! so a host runs the current period at once.
 
 use leasehold_guest::prelude::*;
 
@@ -21,6 +23,9 @@ impl Guest for Stepper {
         _state: Option<Vec<u8>>,
     ) -> Result<StepOutcome, JobError> {
         let gate = format!("/data/go-{step}");
+        if std::fs::metadata(&gate).is_err() && std::fs::metadata("/data/defer").is_ok() {
+            return Err(JobError::NotReady(format!("{gate} is not there yet")));
+        }
         while std::fs::metadata(&gate).is_err() {
             if !term.still_leader() {
                 return Err(JobError::LostLeadership);

@@ -8,6 +8,8 @@
 //! - `tasks`: how many (default 8);
 //! - `spin_ms`: spin this long, asking `still-leader` every millisecond (a long task a test can
 //!   freeze or kill its worker in);
+//! - `write_every_ms`: while spinning, write `tick/<period>/<id>` this often (a task that is
+//!   mid-write whenever its run ends); a refused write ends the task with the refusal;
 //! - `cpu`: rounds of a CPU-bound loop (benchmarks);
 //! - `fail`: task ids that trap (panic with `task <id> exploded`) on every attempt.
 
@@ -21,6 +23,7 @@ use serde::{Deserialize, Serialize};
 struct Config {
     tasks: Option<u32>,
     spin_ms: u64,
+    write_every_ms: u64,
     cpu: u64,
     fail: Vec<String>,
 }
@@ -29,6 +32,8 @@ struct Config {
 struct Work {
     i: u64,
     spin_ms: u64,
+    #[serde(default)]
+    write_every_ms: u64,
     cpu: u64,
     fail: bool,
 }
@@ -69,6 +74,7 @@ impl Guest for Tasker {
                     payload: serde_json::to_vec(&Work {
                         i: u64::from(i),
                         spin_ms: config.spin_ms,
+                        write_every_ms: config.write_every_ms,
                         cpu: config.cpu,
                         fail: config.fail.contains(&format!("t-{i}")),
                     })
@@ -111,9 +117,17 @@ impl Guest for Tasker {
             panic!("task {} exploded", task.id);
         }
         let start = std::time::Instant::now();
+        let mut ticks = 0u64;
         while start.elapsed().as_millis() < u128::from(work.spin_ms) {
             if !term.still_leader() {
                 return Err(JobError::LostLeadership);
+            }
+            if work.write_every_ms > 0
+                && start.elapsed().as_millis() >= u128::from(ticks * work.write_every_ms)
+            {
+                ticks += 1;
+                let key = format!("tick/{}/{}", run.period, task.id);
+                store::write(&key, ticks.to_string().as_bytes())?;
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }

@@ -196,6 +196,55 @@ pub(crate) fn next_due<'a>(
         .cloned()
 }
 
+/// To whom a leader may hand its job *between runs* while some of its runs are open but
+/// deferred (waiting for inputs or for a retry's back-off): an open run is still a run, and a
+/// run never mixes component versions, so once it has completed a step (or waits for tasks)
+/// it goes only to a member that has the version it started with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum HandOver {
+    /// No open run has completed a step: any member may take the job.
+    Anyone,
+    /// The open run of `period` continues with `component`: only a member that has it.
+    WithVersion {
+        /// The open run's period.
+        period: String,
+        /// The component version it started with.
+        component: String,
+    },
+    /// Open runs continue with different versions: no member can take them all; keep the job.
+    Keep(String),
+}
+
+/// Decides [`HandOver`] from the records of the open runs (`None`: the period has no record
+/// yet, so its run starts with whatever version leads it). Final records are not open.
+pub(crate) fn hand_over_between_runs<'a>(
+    records: impl IntoIterator<Item = Option<&'a RunRecord>>,
+) -> HandOver {
+    let mut need: Option<(&str, &str)> = None;
+    for r in records.into_iter().flatten() {
+        if r.status.is_final() || (r.step == 0 && !r.awaiting_tasks) {
+            continue;
+        }
+        match need {
+            None => need = Some((&r.period, &r.component)),
+            Some((period, component)) if component != r.component => {
+                return HandOver::Keep(format!(
+                    "open runs continue with different component versions ({period}: {component}, {}: {})",
+                    r.period, r.component
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    match need {
+        None => HandOver::Anyone,
+        Some((period, component)) => HandOver::WithVersion {
+            period: period.to_string(),
+            component: component.to_string(),
+        },
+    }
+}
+
 /// An RFC 3339 time in UTC.
 pub(crate) fn parse_rfc3339(s: &str) -> Option<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(s)
@@ -432,5 +481,53 @@ mod tests {
         assert!(cut.ends_with(" [cut]"));
         assert!(cut.len() <= ERROR_MAX + " [cut]".len());
         assert_eq!(clip("short".into()), "short");
+    }
+
+    #[test]
+    fn a_deferred_run_that_has_completed_steps_goes_only_with_its_version() {
+        let with = |status, step, component: &str| {
+            let mut r = record(status, 1);
+            r.step = step;
+            r.component = component.into();
+            r
+        };
+        // Nothing open, or open runs that have not completed a step: anyone.
+        assert_eq!(hand_over_between_runs([]), HandOver::Anyone);
+        let fresh = with(RunStatus::Waiting, 0, "sha256:a");
+        assert_eq!(
+            hand_over_between_runs([None, Some(&fresh)]),
+            HandOver::Anyone
+        );
+        // Waiting for inputs or a retry after a step: only with that run's version.
+        let waiting = with(RunStatus::Waiting, 1, "sha256:a");
+        let retrying = with(RunStatus::Pending, 2, "sha256:a");
+        for r in [&waiting, &retrying] {
+            assert_eq!(
+                hand_over_between_runs([Some(r)]),
+                HandOver::WithVersion {
+                    period: "2026-11-27".into(),
+                    component: "sha256:a".into()
+                }
+            );
+        }
+        // Waiting for its tasks, at step 0 or later: the same.
+        let mut tasks = with(RunStatus::Running, 0, "sha256:a");
+        tasks.awaiting_tasks = true;
+        assert!(matches!(
+            hand_over_between_runs([Some(&tasks)]),
+            HandOver::WithVersion { .. }
+        ));
+        // Final records are not open.
+        let failed = with(RunStatus::Failed, 3, "sha256:b");
+        assert!(matches!(
+            hand_over_between_runs([Some(&failed), Some(&waiting)]),
+            HandOver::WithVersion { component, .. } if component == "sha256:a"
+        ));
+        // Two open runs of different versions: nobody can take both.
+        let other = with(RunStatus::Waiting, 1, "sha256:b");
+        assert!(matches!(
+            hand_over_between_runs([Some(&waiting), Some(&other)]),
+            HandOver::Keep(_)
+        ));
     }
 }

@@ -237,6 +237,8 @@ impl Runner {
         let mut polled: Option<JobState> = None;
         // Whether this term built the run index (once per job, for records written before it).
         let mut indexed = false;
+        // Why the job was last kept from the member that asks for it (logged once per reason).
+        let mut kept: Option<String> = None;
         while term.still_leader() {
             self.refresh();
             if let Err(RunEnd::Lost) = self.publish_schedule(term, &mut published).await {
@@ -294,14 +296,33 @@ impl Runner {
                 // Between runs: the moment to hand the job to its preferred member, if it has
                 // one. The elector ends the term and releases the lease at once.
                 let wanted = self.wanted();
-                if let Some(to) =
-                    self.balance
-                        .hand_over_to(self.keys.job(), wanted.as_ref(), None, now)
-                {
-                    info!(to = %to, "handing over to the job's preferred member between runs");
-                    self.balance.ask(term.token());
-                    let _ = tokio::time::timeout(poll * 2, term.ended()).await;
-                    continue;
+                let job = self.keys.job();
+                if self.balance.asked_by_preferred(job, wanted.as_ref(), now) {
+                    // Open runs that wait (inputs, a retry's back-off) are runs in progress:
+                    // they go only to a member with their version.
+                    let waiting: Vec<&String> =
+                        state.open.iter().filter(|p| !done.contains(*p)).collect();
+                    let rule = match self.open_runs_rule(term, &waiting).await {
+                        Ok(rule) => rule,
+                        Err(RunEnd::Lost) => return,
+                        Err(e) => decide::HandOver::Keep(e.why()),
+                    };
+                    let version = match &rule {
+                        decide::HandOver::Anyone => Some(None),
+                        decide::HandOver::WithVersion { component, .. } => {
+                            Some(Some(component.as_str()))
+                        }
+                        decide::HandOver::Keep(_) => None,
+                    };
+                    let to = version
+                        .and_then(|v| self.balance.hand_over_to(job, wanted.as_ref(), v, now));
+                    if let Some(to) = to {
+                        info!(to = %to, "handing over to the job's preferred member between runs");
+                        self.balance.ask(term.token());
+                        let _ = tokio::time::timeout(poll * 2, term.ended()).await;
+                        continue;
+                    }
+                    self.note_kept(&rule, wanted.as_ref(), &mut kept);
                 }
                 // Nothing due: wait for the next fire time, a request, a retry, or the term's end.
                 // A member asks for the job but may not hand-over yet (not settled, the rate,
@@ -390,6 +411,54 @@ impl Runner {
                     not_before.insert(period.id.clone(), Instant::now() + ERROR_RETRY);
                 }
             }
+        }
+    }
+
+    /// The hand-over rule for the open runs `waiting` (see [`decide::hand_over_between_runs`]):
+    /// reads their records, in `term`. A record that cannot be read keeps the job.
+    async fn open_runs_rule(
+        &self,
+        term: &Term,
+        waiting: &[&String],
+    ) -> Result<decide::HandOver, RunEnd> {
+        let mut records = Vec::with_capacity(waiting.len());
+        let mut conn = self.conn.clone();
+        for period in waiting {
+            match term.bound(runs::read(&mut conn, &self.keys, period)).await {
+                None => return Err(RunEnd::Lost),
+                Some(Ok(r)) => records.push(r),
+                Some(Err(e)) => {
+                    return Ok(decide::HandOver::Keep(format!(
+                        "the record of the open run {period} cannot be read: {e}"
+                    )));
+                }
+            }
+        }
+        Ok(decide::hand_over_between_runs(
+            records.iter().map(Option::as_ref),
+        ))
+    }
+
+    /// Logs (once per reason) why the job stays with this host although its preferred member
+    /// asks for it: an open run needs a version the member does not have, or cannot move.
+    fn note_kept(&self, rule: &decide::HandOver, wanted: Option<&Ask>, kept: &mut Option<String>) {
+        let why = match (rule, wanted) {
+            (decide::HandOver::WithVersion { period, component }, Some(ask))
+                if ask.version.as_deref() != Some(component.as_str()) =>
+            {
+                format!(
+                    "the open run of {period} continues with component {component}, and {} serves the job with {}",
+                    ask.node,
+                    ask.version.as_deref().unwrap_or("an unnamed version")
+                )
+            }
+            (decide::HandOver::Keep(why), _) => why.clone(),
+            // Held back by the rate, the back-off or settling: not worth a line.
+            _ => return,
+        };
+        if kept.as_ref() != Some(&why) {
+            info!(to = %wanted.map(|a| a.node.as_str()).unwrap_or(""), "keeping the job instead of handing it to its preferred member: {why}");
+            *kept = Some(why);
         }
     }
 

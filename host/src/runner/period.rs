@@ -154,6 +154,7 @@ impl Runner {
                 data_dir: self.data_dir.clone(),
                 work: Work::Step(crate::tasks::RunOf {
                     period: period.id.clone(),
+                    attempt: record.attempt,
                     scheduled_at: record.scheduled_at.clone(),
                     component: version.hash.clone(),
                 }),
@@ -349,6 +350,8 @@ impl Runner {
             Bookkeeping {
                 open_remove: &period,
                 runs_add: &period,
+                // Its tasks end with it (I12): queued entries acknowledged, claims void.
+                end_tasks: Some(&record.period),
                 ..Bookkeeping::default()
             }
         } else {

@@ -61,6 +61,7 @@ impl StepContext {
             data_dir,
             work: Work::Step(crate::tasks::RunOf {
                 period: period.to_string(),
+                attempt: 0,
                 scheduled_at: String::new(),
                 component: String::new(),
             }),
