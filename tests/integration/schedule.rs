@@ -587,3 +587,121 @@ async fn a_trigger_wakes_an_idle_leader_at_once_not_at_its_safety_poll() {
     })
     .await;
 }
+
+/// Issue 23, defect 3: a schedule changed (its sidecar) while a run of a period of the old
+/// schedule was open dropped that period from the open set, its record stranded `waiting` and
+/// `trigger` refusing it as "not a period". Now the run goes on under the period it fired for,
+/// its record says it belongs to an earlier schedule (`runs`), a trigger of it is accepted, and
+/// it finishes; the new schedule's periods run as usual.
+#[tokio::test]
+async fn a_run_open_when_the_schedule_changes_finishes_under_its_period() {
+    deadline(Duration::from_secs(180), async {
+        // The stepper fires every 1 January; step 1 waits for its input (`defer`).
+        let s = setup("stepper", None, &[("defer", ""), ("go-0", "")], None).await;
+        let year = Utc::now().format("%Y").to_string();
+        let old = format!("{year}-01-01");
+        wait_for(
+            "the run to wait after its first step",
+            Duration::from_secs(60),
+            || async {
+                run_record(&s.redis, "stepper", &old)
+                    .await
+                    .filter(|r| r["status"] == "waiting" && r["step"] == 1)
+            },
+        )
+        .await;
+        // Now every 1 July: the open period of 1 January is no period of the new schedule.
+        let sidecar = s.dir.join("jobs/stepper.toml");
+        std::fs::write(
+            s.dir.join("jobs/.stepper.toml.tmp"),
+            "schedule = \"0 0 0 1 7 *\"\n",
+        )
+        .unwrap();
+        std::fs::rename(s.dir.join("jobs/.stepper.toml.tmp"), &sidecar).unwrap();
+        let carried = wait_for(
+            "the open run to go on under its period, marked",
+            Duration::from_secs(90),
+            || async {
+                run_record(&s.redis, "stepper", &old)
+                    .await
+                    .filter(|r| r["earlier_schedule"].is_string())
+            },
+        )
+        .await;
+        assert_eq!(carried["status"], "waiting", "{carried}");
+        assert!(
+            carried["earlier_schedule"]
+                .as_str()
+                .unwrap()
+                .contains("0 0 0 1 7 *"),
+            "{carried}"
+        );
+        let url = s.redis.url();
+        let out = run_leasehold(&["runs", "stepper", "--redis-url", &url]);
+        let table = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{table}");
+        let row = table
+            .lines()
+            .find(|l| l.starts_with(&old))
+            .unwrap_or_default();
+        assert!(row.contains("earlier schedule"), "{table}");
+        // A trigger of it is accepted (the run carries on), over the CLI and HTTP.
+        let out = run_leasehold(&["trigger", "stepper", "--period", &old, "--redis-url", &url]);
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{said}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(said.contains("already waiting"), "{said}");
+        let (code, body) = http(
+            &s.http,
+            "POST",
+            "/v1/jobs/stepper/runs",
+            Some(&serde_json::json!({ "period": old }).to_string()),
+        )
+        .await;
+        assert_eq!(code, 200, "{body}");
+        assert_eq!(body["result"], "already-open", "{body}");
+        // A period of neither schedule, without a record, is still refused.
+        let out = run_leasehold(&[
+            "trigger",
+            "stepper",
+            "--period",
+            "2020-03-03",
+            "--redis-url",
+            &url,
+        ]);
+        assert!(!out.status.success());
+        // The inputs arrive: the old period's run finishes, and so does the new schedule's.
+        std::fs::remove_file(s.dir.join("data/stepper/defer")).unwrap();
+        for g in ["go-1", "go-2"] {
+            std::fs::write(s.dir.join("data/stepper").join(g), "").unwrap();
+        }
+        let done = wait_for(
+            "the old period's run to be done",
+            Duration::from_secs(90),
+            || async {
+                run_record(&s.redis, "stepper", &old)
+                    .await
+                    .filter(|r| r["status"] == "done")
+            },
+        )
+        .await;
+        assert!(done["earlier_schedule"].is_string(), "{done}");
+        let new = format!("{year}-07-01");
+        if Utc::now().format("%m").to_string().as_str() >= "07" {
+            wait_for(
+                "the new schedule's period to be done",
+                Duration::from_secs(90),
+                || async {
+                    run_record(&s.redis, "stepper", &new)
+                        .await
+                        .filter(|r| r["status"] == "done")
+                },
+            )
+            .await;
+        }
+    })
+    .await;
+}

@@ -244,13 +244,16 @@ async fn trigger(args: TriggerArgs) -> anyhow::Result<()> {
     runs::validate_period_shape(&period)?;
     let mut conn = connect_cli(&args.redis_url).await?;
     let keys = JobKeys::new(&args.job);
-    if runs::check_published_schedule(&mut conn, &keys, &period).await?
-        == runs::ScheduleCheck::Unknown
-    {
-        eprintln!(
+    match runs::check_published_schedule(&mut conn, &keys, &period).await? {
+        runs::ScheduleCheck::Unknown => eprintln!(
             "note: no schedule of {} published by a leader could be read (none has led it yet), so {period} is not checked against it",
             args.job
-        );
+        ),
+        runs::ScheduleCheck::EarlierSchedule => eprintln!(
+            "note: {period} is a period of an earlier schedule of {} (its run record is kept): it is carried on or run again under that period",
+            args.job
+        ),
+        runs::ScheduleCheck::Period => {}
     }
     let done = runs::trigger(&mut conn, &keys, &period).await?;
     println!("{}", done.describe(&args.job, &period));
@@ -318,6 +321,9 @@ async fn list_runs(args: RunsArgs) -> anyhow::Result<()> {
         };
         if let Some(at) = &r.retry_at {
             error = format!("retry at {at}; {error}");
+        }
+        if r.earlier_schedule.is_some() {
+            error = format!("earlier schedule; {error}");
         }
         println!(
             "{:<20} {:<8} {:>4} {:>7} {:<12} {:<24} {:<24} {}",

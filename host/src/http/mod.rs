@@ -167,7 +167,10 @@ async fn trigger(
         }
     };
     let schedule = &job.spec.schedule;
+    let keys = JobKeys::new(&name);
     let period = match body.period {
+        // A period of an earlier schedule with a run record is carried on or run again.
+        Some(p) if schedule.period_by_id(&p).is_none() && has_record(&api, &keys, &p).await? => p,
         Some(p) => {
             schedule
                 .period_by_id(&p)
@@ -197,7 +200,6 @@ async fn trigger(
     };
     // Tried once more after a dropped connection, like a read: a request is idempotent (a
     // second one for the same period is deduplicated; a re-run's fresh id asks for one re-run).
-    let keys = JobKeys::new(&name);
     let done = read_reconnecting(|| {
         let mut conn = api.conn.clone();
         let (keys, period) = (&keys, &period);
@@ -310,6 +312,19 @@ fn connection_dropped(e: &anyhow::Error) -> bool {
     })
 }
 
+/// Whether `period` has a run record (a period id of the right shape only).
+async fn has_record(api: &Api, keys: &JobKeys, period: &str) -> Result<bool, ApiError> {
+    if runs::validate_period_shape(period).is_err() {
+        return Ok(false);
+    }
+    read_reconnecting(|| {
+        let mut conn = api.conn.clone();
+        let key = keys.run(period);
+        async move { Ok(redis::AsyncCommands::exists::<_, bool>(&mut conn, key).await?) }
+    })
+    .await
+}
+
 /// One job's status as this node sees it.
 async fn job_status(api: &Api, name: &str, view: &JobView) -> Result<serde_json::Value, ApiError> {
     read_reconnecting(|| read_job_status(api, name, view)).await
@@ -340,6 +355,7 @@ async fn read_job_status(
             json!({
                 "period": r.period, "status": r.status.as_str(), "attempt": r.attempt,
                 "node": r.node, "finished_at": r.finished_at, "error": r.error,
+                "earlier_schedule": r.earlier_schedule,
             })
         }),
         None => None,

@@ -613,15 +613,42 @@ impl Runner {
         }
     }
 
-    /// The period `id` names in the job's schedule. A period that is not one (a bad request,
-    /// or a record left by a version with another schedule) is dropped from the open index
-    /// and its request cleared (fenced), with a warning.
+    /// The period `id` names in the job's schedule, or, for a period of an earlier schedule
+    /// that has a run record (open when the schedule changed, or final and asked for again),
+    /// the period its record names: the run goes on under the period it fired for. A period
+    /// that is neither (a bad request) is dropped from the open index and its request cleared
+    /// (fenced), with a warning.
     async fn period_of(&self, term: &Term, id: &str, request: Option<&Request>) -> Option<Period> {
         let schedule = &self.job.spec.schedule;
         if let Some(p) = schedule.period_by_id(id) {
             return Some(p);
         }
-        warn!(period = %id, "period is not a period of schedule {:?} ({}); dropped", schedule.expr(), schedule.tz());
+        let mut conn = self.conn.clone();
+        match term.bound(runs::read(&mut conn, &self.keys, id)).await {
+            None => return None,
+            Some(Ok(Some(record))) => {
+                if let Some(p) = schedule.period_of_record(id, &record.scheduled_at) {
+                    if !record.status.is_final() || request.is_some() {
+                        info!(period = %id, status = record.status.as_str(), "period of an earlier schedule: its run goes on under the period it fired for (the schedule is now {:?}, {})", schedule.expr(), schedule.tz());
+                    }
+                    return Some(p);
+                }
+            }
+            Some(Ok(None)) => {}
+            // A corrupt record is moved aside by the run (which reads only the period's id).
+            Some(Err(runs::RecordError::Corrupt { .. })) => {
+                return Some(crate::spec::Period {
+                    id: id.to_string(),
+                    fire: chrono::Utc::now().with_timezone(&schedule.tz()),
+                    local: chrono::Utc::now().naive_utc(),
+                });
+            }
+            Some(Err(e)) => {
+                warn!(period = %id, "cannot read the period's record: {e}");
+                return None;
+            }
+        }
+        warn!(period = %id, "period is not a period of schedule {:?} ({}) and has no run record; dropped", schedule.expr(), schedule.tz());
         if let Err(e) = self.settle(term, id, request).await {
             warn!(period = %id, "cannot drop the period: {}", e.why());
         }

@@ -106,6 +106,15 @@ impl Runner {
             warn!(period = %period.id, started_at = %record.started_at, "the run record's start time is not a time; the maximum run time counts from now");
             record.started_at = now.clone();
         }
+        // A period the job's schedule no longer has: say so in the record (`runs`, status).
+        let schedule = &self.job.spec.schedule;
+        record.earlier_schedule = schedule.period_by_id(&period.id).is_none().then(|| {
+            format!(
+                "a period of an earlier schedule; the job's schedule is now {:?} ({})",
+                schedule.expr(),
+                schedule.tz()
+            )
+        });
         // The version that runs the run decides its policies (retry, maximum run time), not
         // the newest one loaded meanwhile.
         let policies = version.spec.policies;

@@ -168,6 +168,11 @@ pub struct RunRecord {
     /// The run waits for the tasks it submitted before its next step (`await-tasks`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub awaiting_tasks: bool,
+    /// Set when the period is not one of the job's schedule any more (the schedule changed
+    /// while the run was open, or before it was run again): the run goes on under the period it
+    /// fired for, and this says which schedule the job has now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub earlier_schedule: Option<String>,
 }
 
 impl RunRecord {
@@ -190,6 +195,7 @@ impl RunRecord {
             retry_at: None,
             attempts: Vec::new(),
             awaiting_tasks: false,
+            earlier_schedule: None,
         }
     }
 }
@@ -333,5 +339,6 @@ fn corrupt_entry(period: &str, key: &str, size: usize, why: &str) -> RunRecord {
         retry_at: None,
         attempts: Vec::new(),
         awaiting_tasks: false,
+        earlier_schedule: None,
     }
 }

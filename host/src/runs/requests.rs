@@ -195,10 +195,14 @@ pub enum ScheduleCheck {
     Period,
     /// No leader has published the job's schedule yet: the period could not be checked.
     Unknown,
+    /// Not a period of the schedule, but it has a run record: a period of an earlier schedule,
+    /// which is carried on (open) or run again (failed) under the period it fired for.
+    EarlierSchedule,
 }
 
 /// Checks `period` against the schedule the job's leader published (`lh:{job}:schedule`):
-/// an error names the schedule when the period is not one of it.
+/// an error names the schedule when the period is not one of it and has no run record (a
+/// period with a record is one of an earlier schedule: [`ScheduleCheck::EarlierSchedule`]).
 pub async fn check_published_schedule<C: ConnectionLike + Send + Sync>(
     conn: &mut C,
     keys: &JobKeys,
@@ -220,8 +224,14 @@ pub async fn check_published_schedule<C: ConnectionLike + Send + Sync>(
     let Ok(schedule) = crate::spec::Schedule::parse(expr, tz) else {
         return Ok(ScheduleCheck::Unknown);
     };
-    anyhow::ensure!(
-        schedule.period_by_id(period).is_some(),
+    if schedule.period_by_id(period).is_some() {
+        return Ok(ScheduleCheck::Period);
+    }
+    let recorded: bool = conn.exists(keys.run(period)).await?;
+    if recorded {
+        return Ok(ScheduleCheck::EarlierSchedule);
+    }
+    anyhow::bail!(
         "{period} is not a period of {}: its schedule is {expr:?} in {tz} (as its leader runs it), whose periods are {}",
         keys.job(),
         if schedule.is_daily() {
@@ -230,7 +240,6 @@ pub async fn check_published_schedule<C: ConnectionLike + Send + Sync>(
             "local fire times (YYYY-MM-DDTHH:MM:SS)"
         }
     );
-    Ok(ScheduleCheck::Period)
 }
 
 /// Checks the shape of a period id (`YYYY-MM-DD` or `YYYY-MM-DDTHH:MM:SS`).

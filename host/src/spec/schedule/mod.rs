@@ -220,6 +220,21 @@ impl Schedule {
         offset(t - DST_REACH) != offset(t) || offset(t) != offset(t + DST_REACH)
     }
 
+    /// A period of an earlier schedule, as its run record names it: `id` and its fire time
+    /// `scheduled_at` (RFC 3339), read in this schedule's zone. A run that was open (or
+    /// failed) when the job's schedule changed is finished (or run again) under the period it
+    /// fired for; `None` when `scheduled_at` is not a time.
+    pub fn period_of_record(&self, id: &str, scheduled_at: &str) -> Option<Period> {
+        let fire = DateTime::parse_from_rfc3339(scheduled_at)
+            .ok()?
+            .with_timezone(&self.tz);
+        Some(Period {
+            id: id.to_string(),
+            local: fire.naive_local(),
+            fire,
+        })
+    }
+
     /// The period with id `id`, if the schedule has one.
     pub fn period_by_id(&self, id: &str) -> Option<Period> {
         if self.daily {
