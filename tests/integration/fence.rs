@@ -243,3 +243,111 @@ async fn guest_writes_are_counted_and_refused_past_the_storage_quota() {
     })
     .await;
 }
+
+/// Issue 23, defect 4: the count never went down, so a job over its quota stayed over it after
+/// an operator deleted keys by hand. `leasehold purge JOB --prefix P` deletes by prefix and
+/// subtracts what it deletes; `--recount` puts a count right that hand deletions left wrong.
+/// Both through the real binary.
+#[tokio::test]
+async fn purge_frees_quota_that_hand_deletions_did_not() {
+    deadline(Duration::from_secs(60), async {
+        let redis = RedisServer::start().await;
+        let mut c = redis.conn().await;
+        let k = JobKeys::new("purged");
+        let t = grant(&mut c, &k, "a:1").await;
+        let quota = Quota {
+            keys: 10,
+            bytes: 1 << 20,
+        };
+        let write = async |c: &mut MultiplexedConnection, key: String| {
+            let sets = [(k.data(&key), b"0123456789".as_slice())];
+            let w = TermWrite {
+                quota: Some(quota),
+                ..TermWrite::new(&sets, &[])
+            };
+            fence::invoke(c, &k, ("a:1", t), &w).await
+        };
+        for i in 0..10 {
+            let prefix = if i < 6 { "old" } else { "keep" };
+            write(&mut c, format!("{prefix}/{i}")).await.unwrap();
+        }
+        assert!(matches!(
+            write(&mut c, "new/0".into()).await,
+            Err(FenceError::Quota(_))
+        ));
+        // Deleted by hand: nothing is freed (the defect, as documented).
+        let _: i64 = c.del(k.data("old/0")).await.unwrap();
+        assert!(matches!(
+            write(&mut c, "new/0".into()).await,
+            Err(FenceError::Quota(_))
+        ));
+        // --recount counts what is there: 9 keys.
+        let url = redis.url();
+        let out =
+            crate::harness::run_leasehold(&["purge", "purged", "--recount", "--redis-url", &url]);
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{said}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            said.contains("purged keeps 9 keys") && said.contains("was 10 keys"),
+            "{said}"
+        );
+        let size = |prefix: &str, range: std::ops::Range<u32>| -> u64 {
+            range
+                .map(|i| (k.data(&format!("{prefix}/{i}")).len() + 10) as u64)
+                .sum()
+        };
+        let kept = size("keep", 6..10);
+        assert_eq!(
+            quota::usage(&mut c, &k).await.unwrap(),
+            (9, size("old", 1..6) + kept)
+        );
+        // --prefix deletes old/*, subtracting exactly what it deletes; keep/* stays.
+        let out = crate::harness::run_leasehold(&[
+            "purge",
+            "purged",
+            "--prefix",
+            "old/",
+            "--redis-url",
+            &url,
+        ]);
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{said}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(said.contains("deleted 5 keys"), "{said}");
+        assert!(said.contains("purged keeps 4 keys"), "{said}");
+        assert_eq!(quota::usage(&mut c, &k).await.unwrap(), (4, kept));
+        let left: Vec<String> = c.keys(k.data("*")).await.unwrap();
+        assert_eq!(left.len(), 4, "{left:?}");
+        assert!(
+            left.iter().all(|key| key.contains(":data:keep/")),
+            "{left:?}"
+        );
+        // The job may write again.
+        write(&mut c, "new/0".into()).await.unwrap();
+        // A glob character in the prefix is literal; a bad call names what is missing.
+        let out = crate::harness::run_leasehold(&[
+            "purge",
+            "purged",
+            "--prefix",
+            "*",
+            "--redis-url",
+            &url,
+        ]);
+        assert!(String::from_utf8_lossy(&out.stdout).contains("deleted 0 keys"));
+        let out = crate::harness::run_leasehold(&["purge", "purged", "--redis-url", &url]);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("--prefix") && err.contains("--recount"),
+            "{err}"
+        );
+    })
+    .await;
+}

@@ -65,6 +65,10 @@ pub(crate) enum Command {
     Health(HealthArgs),
     /// List a job's runs, newest period first.
     Runs(RunsArgs),
+    /// Delete a job's stored keys by prefix and subtract them from its storage count
+    /// (`--prefix`), or count what it keeps again (`--recount`): what to do when a run failed
+    /// `quota-exceeded`, before triggering it again.
+    Purge(PurgeArgs),
     /// Pause a job: its leader starts no step until it is resumed.
     Pause(JobArgs),
     /// Resume a paused job; periods that fired meanwhile follow its catch-up policy.
@@ -282,6 +286,23 @@ pub(crate) struct RunsArgs {
     /// One JSON record per line instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Flags of `leasehold purge`.
+#[derive(Args, Debug, Clone)]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["prefix", "recount"])))]
+pub(crate) struct PurgeArgs {
+    /// The job and Redis.
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// Delete the job's keys whose names (as the job writes them) start with this (`""`: every
+    /// key the job stores), subtracting each from its storage count; then count again.
+    #[arg(long)]
+    pub prefix: Option<String>,
+    /// Only count again what the job keeps (after keys were deleted by hand), and set its
+    /// storage count to that.
+    #[arg(long)]
+    pub recount: bool,
 }
 
 /// Flags of `leasehold trigger`.

@@ -23,7 +23,7 @@ use leasehold::runtime::{Compiled, Runtime};
 use leasehold::spec::validate_job_name;
 use leasehold::{node, redis_conn, runs};
 
-use args::{Cli, Command, JobArgs, LimitArgs, RunArgs, RunsArgs, TriggerArgs};
+use args::{Cli, Command, JobArgs, LimitArgs, PurgeArgs, RunArgs, RunsArgs, TriggerArgs};
 
 /// Runs a parsed command line.
 pub(crate) async fn main(cli: Cli) -> ExitCode {
@@ -46,6 +46,7 @@ pub(crate) async fn main(cli: Cli) -> ExitCode {
         Command::New { name, lang, dir } => new_job(lang, &name, dir),
         Command::Trigger(args) => trigger(args).await,
         Command::Runs(args) => list_runs(args).await,
+        Command::Purge(args) => purge(args).await,
         Command::Status(args) => client::status(args).await,
         Command::Health(args) => client::health(args).await,
         Command::Pause(args) => set_paused(args, true).await,
@@ -282,6 +283,30 @@ async fn set_paused(args: JobArgs, paused: bool) -> anyhow::Result<()> {
     } else {
         println!("{} resumed", args.job);
     }
+    Ok(())
+}
+
+async fn purge(args: PurgeArgs) -> anyhow::Result<()> {
+    let job = &args.job.job;
+    validate_job_name(job)?;
+    let mut conn = connect_cli(&args.job.redis_url).await?;
+    let keys = JobKeys::new(job);
+    let before = leasehold::quota::usage(&mut conn, &keys).await?;
+    if let Some(prefix) = &args.prefix {
+        let purged = leasehold::quota::purge(&mut conn, &keys, prefix).await?;
+        println!(
+            "deleted {} keys of {job} starting with {prefix:?} ({})",
+            purged.keys,
+            leasehold::units::show_size(purged.bytes)
+        );
+    }
+    let (k, b) = leasehold::quota::recount(&mut conn, &keys).await?;
+    println!(
+        "{job} keeps {k} keys and {} (its storage count was {} keys and {})",
+        leasehold::units::show_size(b),
+        before.0,
+        leasehold::units::show_size(before.1)
+    );
     Ok(())
 }
 
