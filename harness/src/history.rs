@@ -258,6 +258,7 @@ fn is_term_key(cmd: &str, key: &str) -> bool {
                 || key.contains(":run:")
                 || key.contains(":ckpt:")
                 || key.contains(":corrupt:")
+                || key.contains(":refused:")
                 || key.contains(":task:")
                 || key.contains(":taskdata:")
                 || key.ends_with(":cursor")

@@ -133,6 +133,12 @@ impl JobKeys {
         format!("{}corrupt:{period}", self.prefix)
     }
 
+    /// A request for `period` that its leader refused (not a period of the job's schedule,
+    /// and no record): JSON like a run record, status `refused`, shown in the run history.
+    pub fn refused(&self, period: &str) -> String {
+        format!("{}refused:{period}", self.prefix)
+    }
+
     /// The job's schedule as its current leader runs it (JSON `schedule`, `time_zone`),
     /// published at each term's start (a fenced write) so that `leasehold trigger`, which does
     /// not load the component, can check a period against it.

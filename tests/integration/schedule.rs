@@ -705,3 +705,136 @@ async fn a_run_open_when_the_schedule_changes_finishes_under_its_period() {
     })
     .await;
 }
+
+/// Issue 23, items 5 and 8: a trigger of a period still to come was run at once (using the
+/// period up before it fired), and a trigger that could not be checked (no schedule published
+/// yet) of a period that is none was dropped with only a log line. Now a leader refuses both
+/// and records each refusal in the run history (`runs`, HTTP), clearing the request; once the
+/// schedule is published, the CLI and HTTP refuse a future period at once.
+#[tokio::test]
+async fn future_periods_and_non_periods_are_refused_where_the_operator_looks() {
+    deadline(Duration::from_secs(120), async {
+        let redis = RedisServer::start().await;
+        let url = redis.url();
+        let dir = TempDir::new("schedule-refused");
+        let (jobs, data) = (dir.join("jobs"), dir.join("data"));
+        std::fs::create_dir_all(&jobs).unwrap();
+        std::fs::create_dir_all(data.join("stepper")).unwrap();
+        for g in ["go-0", "go-1", "go-2"] {
+            std::fs::write(data.join("stepper").join(g), "").unwrap();
+        }
+        std::fs::copy(guests().wasm("stepper"), jobs.join("stepper.wasm")).unwrap();
+        let next: i32 = Utc::now().format("%Y").to_string().parse().unwrap();
+        let future = format!("{}-01-01", next + 1);
+        // No leader yet: nothing to check against, so both are written (with a note).
+        for period in ["2020-03-03", future.as_str()] {
+            let out = run_leasehold(&[
+                "trigger",
+                "stepper",
+                "--period",
+                period,
+                "--redis-url",
+                &url,
+            ]);
+            assert!(out.status.success(), "{out:?}");
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains("is not checked"),
+                "{out:?}"
+            );
+        }
+        let host = HostProcess::start_node(
+            LEASEHOLD,
+            &url,
+            &jobs,
+            "n1",
+            ("2s", "500ms"),
+            &[
+                "--data-dir",
+                data.to_str().unwrap(),
+                "--http",
+                "127.0.0.1:0",
+            ],
+        );
+        let refused = wait_for(
+            "both refusals in the run history",
+            Duration::from_secs(60),
+            || async {
+                let out = run_leasehold(&["runs", "stepper", "--json", "--redis-url", &url]);
+                let records: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .filter_map(|l| serde_json::from_str(l).ok())
+                    .filter(|r: &Value| r["status"] == "refused")
+                    .collect();
+                (records.len() == 2).then_some(records)
+            },
+        )
+        .await;
+        let why = |period: &str| {
+            refused
+                .iter()
+                .find(|r| r["period"] == period)
+                .and_then(|r| r["error"].as_str())
+                .unwrap_or_default()
+                .to_string()
+        };
+        assert!(
+            why("2020-03-03").contains("is not a period of schedule"),
+            "{refused:?}"
+        );
+        assert!(why(&future).contains("in the future"), "{refused:?}");
+        let requested: BTreeMap<String, String> = redis
+            .conn()
+            .await
+            .hgetall("lh:{stepper}:requested")
+            .await
+            .unwrap();
+        assert!(requested.is_empty(), "requests left: {requested:?}");
+        assert!(run_record(&redis, "stepper", &future).await.is_none());
+        let table = run_leasehold(&["runs", "stepper", "--redis-url", &url]);
+        let table = String::from_utf8_lossy(&table.stdout);
+        assert!(
+            table
+                .lines()
+                .any(|l| l.starts_with("2020-03-03") && l.contains("refused")),
+            "{table}"
+        );
+        let addr = host.http_addr(Duration::from_secs(30)).await;
+        let (code, runs) = http(&addr, "GET", "/v1/jobs/stepper/runs", None).await;
+        assert_eq!(code, 200);
+        assert!(runs.to_string().contains("\"refused\""), "{runs}");
+        // Published now: a future period is refused at once, naming its fire time.
+        wait_for(
+            "the schedule to be published",
+            Duration::from_secs(30),
+            || async {
+                let s: Option<String> = redis
+                    .conn()
+                    .await
+                    .get("lh:{stepper}:schedule")
+                    .await
+                    .unwrap();
+                s
+            },
+        )
+        .await;
+        let out = run_leasehold(&[
+            "trigger",
+            "stepper",
+            "--period",
+            &future,
+            "--redis-url",
+            &url,
+        ]);
+        assert!(!out.status.success(), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("in the future") && err.contains(&future),
+            "{err}"
+        );
+        let body = serde_json::json!({ "period": future }).to_string();
+        let (code, answer) = http(&addr, "POST", "/v1/jobs/stepper/runs", Some(&body)).await;
+        assert_eq!(code, 400, "{answer}");
+        assert!(answer.to_string().contains("in the future"), "{answer}");
+    })
+    .await;
+}

@@ -198,6 +198,17 @@ async fn trigger(
                 .id
         }
     };
+    if let Some(p) = schedule.period_by_id(&period)
+        && p.fire.with_timezone(&chrono::Utc) > chrono::Utc::now()
+    {
+        return Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "period {period:?} of {name} fires at {}, in the future: a period runs at or after its fire time",
+                p.fire.to_rfc3339()
+            ),
+        ));
+    }
     // Tried once more after a dropped connection, like a read: a request is idempotent (a
     // second one for the same period is deduplicated; a re-run's fresh id asks for one re-run).
     let done = read_reconnecting(|| {

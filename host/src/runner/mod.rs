@@ -621,6 +621,19 @@ impl Runner {
     async fn period_of(&self, term: &Term, id: &str, request: Option<&Request>) -> Option<Period> {
         let schedule = &self.job.spec.schedule;
         if let Some(p) = schedule.period_by_id(id) {
+            // A period is run at or after its fire time: a request for one still to come
+            // (written before any leader published the schedule) is refused, not run early.
+            if request.is_some() && p.fire.with_timezone(&chrono::Utc) > chrono::Utc::now() {
+                let why = format!(
+                    "{id} fires at {}, in the future: a period runs at or after its fire time; the request was refused",
+                    p.fire.to_rfc3339()
+                );
+                warn!(period = %id, "{why}");
+                if let Err(e) = self.refuse(term, id, request, why).await {
+                    warn!(period = %id, "cannot record the refusal: {}", e.why());
+                }
+                return None;
+            }
             return Some(p);
         }
         let mut conn = self.conn.clone();
@@ -648,11 +661,51 @@ impl Runner {
                 return None;
             }
         }
-        warn!(period = %id, "period is not a period of schedule {:?} ({}) and has no run record; dropped", schedule.expr(), schedule.tz());
-        if let Err(e) = self.settle(term, id, request).await {
-            warn!(period = %id, "cannot drop the period: {}", e.why());
+        let why = format!(
+            "{id} is not a period of schedule {:?} ({}) and has no run record: the request was refused",
+            schedule.expr(),
+            schedule.tz()
+        );
+        warn!(period = %id, "{why}");
+        if let Err(e) = self.refuse(term, id, request, why).await {
+            warn!(period = %id, "cannot record the refusal: {}", e.why());
         }
         None
+    }
+
+    /// Records the refusal of `request` for `id` where the operator looks (the run history,
+    /// `lh:{job}:refused:<id>`), takes `id` out of the open index and clears the request, in
+    /// one fenced write of `term`.
+    async fn refuse(
+        &self,
+        term: &Term,
+        id: &str,
+        request: Option<&Request>,
+        why: String,
+    ) -> Result<(), RunEnd> {
+        let now = now_rfc3339();
+        let record = runs::RunRecord {
+            token: term.token(),
+            node: self.node.clone(),
+            component: self.job.hash.clone(),
+            error: Some(why),
+            ..runs::RunRecord::refused(id, &now)
+        };
+        let json = serde_json::to_vec(&record).expect("run records serialize");
+        let sets = [(self.keys.refused(id), json.as_slice())];
+        let ids = [id.to_string()];
+        let clear: Vec<(String, String)> = request
+            .map(|r| (id.to_string(), r.id.clone()))
+            .into_iter()
+            .collect();
+        let book = Bookkeeping {
+            open_remove: &ids,
+            runs_add: &ids,
+            clear_requests: &clear,
+            ..Bookkeeping::default()
+        };
+        self.fenced(term, TermWrite::new(&sets, &[]).with(book))
+            .await
     }
 
     /// Runs one Redis read of `term`'s work: a call still pending when the term ends is

@@ -55,6 +55,11 @@ pub enum RunStatus {
     /// aside at `lh:{job}:corrupt:<period>` (or still at its place, until a leader moves it),
     /// and `error` says how large it is and why it does not parse. It blocks nothing.
     Corrupt,
+    /// Shown in the run history only: an operator asked for a period that is neither one of
+    /// the job's schedule nor has a run record (a trigger sent before any leader published the
+    /// schedule, so it could not be checked). The leader that refused it kept this at
+    /// `lh:{job}:refused:<period>`; `error` says why. It blocks nothing.
+    Refused,
 }
 
 impl RunStatus {
@@ -68,6 +73,7 @@ impl RunStatus {
                 | RunStatus::Missed
                 | RunStatus::Skipped
                 | RunStatus::Corrupt
+                | RunStatus::Refused
         )
     }
 
@@ -82,6 +88,7 @@ impl RunStatus {
             RunStatus::Missed => "missed",
             RunStatus::Skipped => "skipped",
             RunStatus::Corrupt => "corrupt",
+            RunStatus::Refused => "refused",
         }
     }
 }
@@ -200,6 +207,31 @@ impl RunRecord {
     }
 }
 
+impl RunRecord {
+    /// The entry of a refused request for `period` ([`RunStatus::Refused`]), made `now`.
+    pub fn refused(period: &str, now: &str) -> Self {
+        RunRecord {
+            period: period.to_string(),
+            scheduled_at: String::new(),
+            status: RunStatus::Refused,
+            step: 0,
+            attempt: 0,
+            token: 0,
+            node: String::new(),
+            component: String::new(),
+            started_at: now.to_string(),
+            updated_at: now.to_string(),
+            finished_at: Some(now.to_string()),
+            error: None,
+            failure: None,
+            retry_at: None,
+            attempts: Vec::new(),
+            awaiting_tasks: false,
+            earlier_schedule: None,
+        }
+    }
+}
+
 /// A run record could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
@@ -246,7 +278,7 @@ pub async fn read_checkpoint<C: ConnectionLike>(
 pub const INDEXED: &str = ".indexed";
 
 /// Every run record of the job, newest period first, from the job's run index
-/// (`lh:{job}:runs`) and the records and corrupt records kept aside it names. A record that
+/// (`lh:{job}:runs`) and the records, corrupt records kept aside and refused requests it names. A record that
 /// does not parse is listed as [`RunStatus::Corrupt`] with its size, never an error: one bad
 /// record must not hide the others.
 pub async fn history<C: ConnectionLike + Send + Sync>(
@@ -273,11 +305,11 @@ pub async fn history<C: ConnectionLike + Send + Sync>(
     for chunk in periods.chunks(250) {
         let names: Vec<String> = chunk
             .iter()
-            .flat_map(|p| [keys.run(p), keys.corrupt(p)])
+            .flat_map(|p| [keys.run(p), keys.corrupt(p), keys.refused(p)])
             .collect();
         let raws: Vec<Option<Vec<u8>>> = redis::cmd("MGET").arg(&names).query_async(conn).await?;
-        for (period, pair) in chunk.iter().zip(raws.chunks(2)) {
-            let (run, corrupt) = (&pair[0], &pair[1]);
+        for (period, trio) in chunk.iter().zip(raws.chunks(3)) {
+            let (run, corrupt, refused) = (&trio[0], &trio[1], &trio[2]);
             if let Some(raw) = run {
                 out.push(match serde_json::from_slice::<RunRecord>(raw) {
                     Ok(r) => r,
@@ -291,6 +323,14 @@ pub async fn history<C: ConnectionLike + Send + Sync>(
                     raw.len(),
                     "moved aside by a leader",
                 ));
+            }
+            if let Some(raw) = refused {
+                out.push(match serde_json::from_slice::<RunRecord>(raw) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        corrupt_entry(period, &keys.refused(period), raw.len(), &e.to_string())
+                    }
+                });
             }
         }
     }

@@ -224,7 +224,13 @@ pub async fn check_published_schedule<C: ConnectionLike + Send + Sync>(
     let Ok(schedule) = crate::spec::Schedule::parse(expr, tz) else {
         return Ok(ScheduleCheck::Unknown);
     };
-    if schedule.period_by_id(period).is_some() {
+    if let Some(p) = schedule.period_by_id(period) {
+        anyhow::ensure!(
+            p.fire.with_timezone(&chrono::Utc) <= chrono::Utc::now(),
+            "{period} of {} fires at {}, in the future: a period runs at or after its fire time",
+            keys.job(),
+            p.fire.to_rfc3339()
+        );
         return Ok(ScheduleCheck::Period);
     }
     let recorded: bool = conn.exists(keys.run(period)).await?;
