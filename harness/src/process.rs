@@ -199,6 +199,23 @@ impl HostProcess {
         }
     }
 
+    /// Waits (up to `limit`) for the process to exit on its own; panics naming `what` and the
+    /// last log lines if it does not.
+    pub async fn wait_exit(&mut self, what: &str, limit: Duration) -> ExitStatus {
+        let child = &mut self.child;
+        let exited = crate::wait::poll_until(what, limit, Duration::from_millis(20), || {
+            std::future::ready(child.try_wait().ok().flatten())
+        })
+        .await;
+        match exited {
+            Ok(status) => status,
+            Err(e) => panic!(
+                "{e}; last lines: {:?}",
+                self.log().iter().rev().take(10).collect::<Vec<_>>()
+            ),
+        }
+    }
+
     /// Sends SIGTERM and waits (up to `limit`) for the process to exit: its exit status, or
     /// `None` when it had to be killed (SIGKILL) after the limit.
     pub async fn stop(&mut self, limit: Duration) -> Option<ExitStatus> {

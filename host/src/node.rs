@@ -15,6 +15,12 @@
 //! gets two Redis timeouts to release, and the whole node waits at most [`STOP_GRACE`] for
 //! the rest.
 //!
+//! **The store's settings** are read at start-up and again every
+//! [`DEPLOYMENT_RECHECK_HEARTBEATS`] heartbeats ([`crate::deployment`]): a Redis that may now
+//! evict keys (a `CONFIG SET maxmemory-policy` after start-up) shuts the host down the clean way
+//! (steps stopped, leases released), logs why as an error and exits non-zero, as the start-up
+//! refusal does, unless `--allow-evicting-redis`.
+//!
 //! Each job's runner and elector run inside a `job` span (`job`, `node`), so their log lines
 //! carry both without naming them (see [`crate::logging`]).
 
@@ -27,7 +33,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument as _, info, warn};
+use tracing::{Instrument as _, error, info, warn};
 
 use crate::catalog::{Catalog, JobView};
 use crate::config::NodeConfig;
@@ -40,6 +46,9 @@ use crate::runtime::{LoadedJob, Runtime};
 
 /// Longest a stopping runner (or, at shutdown, any other task of the node) is waited for.
 pub(crate) const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How often (in heartbeats, at least once a second) the host reads its Redis's settings again
+/// ([`crate::deployment`]): an eviction policy set after start-up stops the host.
+const DEPLOYMENT_RECHECK_HEARTBEATS: u32 = 10;
 
 /// The span a job's runner and elector run in: every line they log names the job and node.
 /// At ERROR level so that it is enabled whenever any of their lines is.
@@ -344,6 +353,35 @@ pub async fn run(
             info!(node = %node, version = %d.version, policy = %d.maxmemory_policy, "redis checked")
         }
     }
+    // ... and checked again while the host runs (a `CONFIG SET` after start-up): a Redis that
+    // may now evict stops the host as the start-up check would have, after a clean shutdown.
+    let store_unsafe = CancellationToken::new();
+    let store_refusal = Arc::new(std::sync::Mutex::new(None));
+    if !cfg.allow_evicting_redis {
+        let (conn, stop, refusal) = (conn.clone(), store_unsafe.clone(), store_refusal.clone());
+        let every =
+            (cfg.timing.heartbeat * DEPLOYMENT_RECHECK_HEARTBEATS).max(Duration::from_secs(1));
+        let node = node.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = stop.cancelled() => return,
+                }
+                match crate::deployment::check(&mut conn.clone(), false).await {
+                    Ok(_) => {}
+                    // INFO unanswered (Redis restarting, a cut): the leases decide meanwhile.
+                    Err(crate::deployment::DeploymentError::Unknown(_)) => {}
+                    Err(e) => {
+                        error!(node = %node, "{e}; stopping: releasing every lease and exiting");
+                        *refusal.lock().expect("store refusal") = Some(e);
+                        stop.cancel();
+                        return;
+                    }
+                }
+            }
+        });
+    }
     // Bound before anything else starts, so a taken address is a start-up error.
     let http = match cfg.http {
         Some(addr) => Some(
@@ -510,6 +548,7 @@ pub async fn run(
         };
         tokio::select! {
             _ = &mut shutdown => break,
+            _ = store_unsafe.cancelled() => break,
             Some(()) = changes.recv(), if watching => {}
             _ = dir.loaded() => {}
             _ = tokio::time::sleep(wait) => {}
@@ -517,6 +556,7 @@ pub async fn run(
         let serving = host.serving();
         let scan = tokio::select! {
             _ = &mut shutdown => break,
+            _ = store_unsafe.cancelled() => break,
             scan = dir.scan(&host.runtime, &serving) => scan,
         };
         match scan {
@@ -557,5 +597,9 @@ pub async fn run(
     }
     drop(host);
     info!(node = %node, "stopped");
-    Ok(())
+    store_unsafe.cancel();
+    match store_refusal.lock().expect("store refusal").take() {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
 }

@@ -151,6 +151,58 @@ async fn an_evicting_redis_is_refused_unless_allowed() {
     .await;
 }
 
+/// Issue 23, item 9: a `CONFIG SET maxmemory-policy allkeys-lru` after start-up went unnoticed.
+/// The host reads its Redis's settings again while it runs: it shuts down the clean way (its
+/// lease released, not left to expire), says why as an error, and exits non-zero.
+#[tokio::test]
+async fn a_redis_set_to_evict_after_start_up_stops_the_host_loudly() {
+    use std::time::Duration;
+
+    use redis::AsyncCommands;
+
+    use crate::harness::{
+        HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, guests, wait_for,
+    };
+
+    deadline(Duration::from_secs(60), async {
+        let redis = RedisServer::start().await;
+        let jobs = TempDir::new("evicting-later");
+        std::fs::copy(guests().wasm("ticker"), jobs.join("ticker.wasm")).unwrap();
+        let mut host =
+            HostProcess::start_node(LEASEHOLD, &redis.url(), &jobs.0, "n1", ("2s", "100ms"), &[]);
+        wait_for("n1 to lead the ticker", Duration::from_secs(30), || async {
+            let owner: Option<String> = redis.conn().await.get("lh:{ticker}:lease").await.unwrap();
+            owner.filter(|o| o.starts_with("n1:"))
+        })
+        .await;
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory-policy")
+            .arg("allkeys-lru")
+            .query_async(&mut redis.conn().await)
+            .await
+            .unwrap();
+        let status = host
+            .wait_exit("the host to stop", Duration::from_secs(20))
+            .await;
+        assert_eq!(status.code(), Some(1), "{status:?}");
+        let said = host.log_lines_with("redis maxmemory-policy is allkeys-lru");
+        assert!(
+            said.iter()
+                .any(|l| l.contains("\"level\":\"ERROR\"") && l.contains("releasing every lease")),
+            "{said:?}"
+        );
+        assert!(
+            !host
+                .log_lines_with("steps stopped and leases released")
+                .is_empty()
+        );
+        let owner: Option<String> = redis.conn().await.get("lh:{ticker}:lease").await.unwrap();
+        assert_eq!(owner, None, "the lease was left to expire");
+    })
+    .await;
+}
+
 #[test]
 fn sentinel_and_unknown_redis_urls_are_refused_and_cluster_urls_accepted_by_check_config() {
     for url in [
