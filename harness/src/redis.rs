@@ -223,6 +223,21 @@ impl RedisServer {
         self.start_again().await;
     }
 
+    /// Freezes the server (SIGSTOP): it answers nothing, and its connections stay open (a
+    /// replica that stops acknowledging while its primary still counts it connected).
+    pub fn pause(&self) {
+        let _ = Command::new("kill")
+            .args(["-STOP", &self.child.id().to_string()])
+            .status();
+    }
+
+    /// Thaws a server frozen by [`RedisServer::pause`] (SIGCONT).
+    pub fn resume(&self) {
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.child.id().to_string()])
+            .status();
+    }
+
     /// Kills the server (SIGKILL) and leaves it dead (a cluster's primary lost, say).
     pub fn kill(&mut self) {
         let _ = self.child.kill();

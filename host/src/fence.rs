@@ -378,59 +378,123 @@ pub async fn invoke<C: ConnectionLike>(
     (owner, token): (&str, u64),
     write: &TermWrite<'_>,
 ) -> Result<Written, FenceError> {
+    let (script_keys, args) = script_call(keys, (owner, token), write);
+    let mut inv = FENCED_WRITE.prepare_invoke();
+    for k in &script_keys {
+        inv.key(k);
+    }
+    for a in &args {
+        inv.arg(a.as_slice());
+    }
+    let reply: (i64, String, String, String) = inv.invoke_async(conn).await?;
+    answer(reply, token, write)
+}
+
+/// [`invoke`], with `WAIT count timeout` sent right behind the script in one pipeline on one
+/// connection, so the replicas it counts are those that acknowledged this very write (a
+/// `WAIT` sent on its own could go on a connection that reconnected after the write, where it
+/// waits for nothing and answers at once). Returns the write's outcome and, when it was
+/// applied, how many replicas acknowledged it.
+async fn invoke_replicated(
+    conn: &mut Conn,
+    keys: &JobKeys,
+    (owner, token): (&str, u64),
+    write: &TermWrite<'_>,
+    r: crate::term::Replicas,
+) -> Result<(Written, i64), FenceError> {
+    let (script_keys, args) = script_call(keys, (owner, token), write);
+    let mut batch = crate::redis_conn::Batch::new();
+    let w = batch.script(&FENCED_WRITE, &script_keys, args);
+    let mut wait = redis::cmd("WAIT");
+    wait.arg(r.count).arg(r.timeout.as_millis() as u64);
+    let n = batch.cmd(&keys.lease(), wait);
+    let mut replies = conn.batch("replicated-write", &batch).await;
+    let acked = std::mem::replace(&mut replies[n], Ok(redis::Value::Nil));
+    let reply: (i64, String, String, String) =
+        redis::from_redis_value(std::mem::replace(&mut replies[w], Ok(redis::Value::Nil))?)
+            .map_err(redis::RedisError::from)?;
+    let written = answer(reply, token, write)?;
+    let acked: i64 = redis::from_redis_value(acked?).map_err(redis::RedisError::from)?;
+    Ok((written, acked))
+}
+
+/// The fenced-write script's keys and arguments for `write` as the term `(owner, token)` (the
+/// layout is the script's header).
+fn script_call(
+    keys: &JobKeys,
+    (owner, token): (&str, u64),
+    write: &TermWrite<'_>,
+) -> (Vec<String>, Vec<Vec<u8>>) {
     let book = &write.book;
-    let mut inv = FENCED_WRITE.key(keys.lease());
-    inv.key(keys.fence())
-        .key(keys.open_runs())
-        .key(keys.requests())
-        .key(keys.usage())
-        .key(keys.runs())
-        .key(keys.tasks())
-        .key(match (write.claim, book.end_tasks) {
+    let mut k = vec![
+        keys.lease(),
+        keys.fence(),
+        keys.open_runs(),
+        keys.requests(),
+        keys.usage(),
+        keys.runs(),
+        keys.tasks(),
+        match (write.claim, book.end_tasks) {
             (Some(c), _) => keys.task_runs(&c.period),
             (None, Some(period)) => keys.task_runs(period),
             (None, None) => keys.tasks(),
-        })
-        .arg(owner)
-        .arg(token)
-        .arg(write.sets.len())
-        .arg(if write.create { "1" } else { "0" })
-        .arg(book.open_add.len())
-        .arg(book.open_remove.len())
-        .arg(book.clear_requests.len());
+        },
+    ];
+    let text = |v: &dyn ToString| v.to_string().into_bytes();
+    let mut a: Vec<Vec<u8>> = vec![
+        text(&owner),
+        text(&token),
+        text(&write.sets.len()),
+        text(&if write.create { "1" } else { "0" }),
+        text(&book.open_add.len()),
+        text(&book.open_remove.len()),
+        text(&book.clear_requests.len()),
+    ];
     match write.quota {
-        Some(q) => inv.arg(q.keys).arg(q.bytes),
-        None => inv.arg("").arg(""),
-    };
-    inv.arg(book.runs_add.len());
-    inv.arg(crate::tasks::GROUP);
+        Some(q) => a.extend([text(&q.keys), text(&q.bytes)]),
+        None => a.extend([Vec::new(), Vec::new()]),
+    }
+    a.push(text(&book.runs_add.len()));
+    a.push(text(&crate::tasks::GROUP));
     match write.claim {
-        Some(c) => inv
-            .arg(&c.entry)
-            .arg(&c.consumer)
-            .arg(c.deliveries)
-            .arg(&c.id)
-            .arg(c.run),
-        None => inv.arg("").arg("").arg("").arg("").arg(""),
-    };
-    inv.arg(if book.end_tasks.is_some() { "1" } else { "" });
+        Some(c) => a.extend([
+            text(&c.entry),
+            text(&c.consumer),
+            text(&c.deliveries),
+            text(&c.id),
+            text(&c.run),
+        ]),
+        None => a.extend(std::iter::repeat_n(Vec::new(), 5)),
+    }
+    a.push(if book.end_tasks.is_some() {
+        b"1".to_vec()
+    } else {
+        Vec::new()
+    });
     for (key, value) in write.sets {
-        inv.key(key).arg(*value);
+        k.push(key.clone());
+        a.push(value.to_vec());
     }
-    for key in write.deletes {
-        inv.key(key);
-    }
-    for period in book.open_add.iter().chain(book.open_remove) {
-        inv.arg(period);
-    }
+    k.extend(write.deletes.iter().cloned());
+    a.extend(
+        book.open_add
+            .iter()
+            .chain(book.open_remove)
+            .map(|p| text(p)),
+    );
     for (period, id) in book.clear_requests {
-        inv.arg(period).arg(id);
+        a.extend([text(period), text(id)]);
     }
-    for period in book.runs_add {
-        inv.arg(period);
-    }
-    let (ok, kind, fence_token, holder): (i64, String, String, String) =
-        inv.invoke_async(conn).await?;
+    a.extend(book.runs_add.iter().map(|p| text(p)));
+    (k, a)
+}
+
+/// The script's reply `(ok, kind, a, b)` as the write's outcome.
+fn answer(
+    (ok, kind, fence_token, holder): (i64, String, String, String),
+    token: u64,
+    write: &TermWrite<'_>,
+) -> Result<Written, FenceError> {
     if ok == 1 {
         return Ok(Written {
             created: kind != "exists",
@@ -472,29 +536,6 @@ pub(crate) fn refusal(kind: &str, token: u64, fence_token: &str, holder: String)
         _ => Refusal::NotLeaseholder {
             lease_holder: holder,
         },
-    }
-}
-
-/// `WAIT`s for `r.count` replicas to acknowledge every write this connection sent (to the node
-/// of `keys`' slot, on a cluster), bounded by the term.
-async fn wait_for_replicas(
-    conn: &mut Conn,
-    keys: &JobKeys,
-    term: &Term,
-    r: crate::term::Replicas,
-) -> Result<(), TermWriteError> {
-    match term
-        .bound(conn.wait_replicas(&keys.lease(), r.count, r.timeout))
-        .await
-    {
-        Some(Ok(acked)) if acked >= i64::from(r.count) => Ok(()),
-        Some(Ok(acked)) => Err(TermWriteError::NotReplicated {
-            acked: acked.max(0) as u32,
-            wanted: r.count,
-            timeout: r.timeout,
-        }),
-        Some(Err(e)) => Err(TermWriteError::Redis(e)),
-        None => Err(TermWriteError::Ended),
     }
 }
 
@@ -580,9 +621,25 @@ pub async fn term_write(
     let outcome = if !term.still_leader() {
         Err(TermWriteError::Ended)
     } else {
-        let call = invoke(conn, keys, (term.owner(), token), &write);
+        let term_id = (term.owner(), token);
+        let call = async {
+            match term.replicas() {
+                None => invoke(conn, keys, term_id, &write).await.map(|w| (w, None)),
+                Some(r) => invoke_replicated(conn, keys, term_id, &write, r)
+                    .await
+                    .map(|(w, acked)| (w, Some((r, acked)))),
+            }
+        };
         match term.bound(call).await {
-            Some(Ok(applied)) => Ok(applied),
+            Some(Ok((applied, None))) => Ok(applied),
+            Some(Ok((_, Some((r, acked))))) if acked < i64::from(r.count) => {
+                Err(TermWriteError::NotReplicated {
+                    acked: acked.max(0) as u32,
+                    wanted: r.count,
+                    timeout: r.timeout,
+                })
+            }
+            Some(Ok((applied, Some(_)))) => Ok(applied),
             Some(Err(FenceError::Refused(refusal))) => {
                 tracing::warn!(
                     token,
@@ -597,12 +654,6 @@ pub async fn term_write(
             Some(Err(FenceError::Redis(e))) => Err(TermWriteError::Redis(e)),
             None => Err(TermWriteError::Ended),
         }
-    };
-    let outcome = match (outcome, term.replicas()) {
-        (Ok(written), Some(r)) => wait_for_replicas(conn, keys, term, r)
-            .await
-            .map(|()| written),
-        (outcome, _) => outcome,
     };
     let result = match &outcome {
         Ok(w) if w.created => "accepted",

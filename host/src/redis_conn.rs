@@ -30,7 +30,7 @@ use redis::aio::{
     ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
 };
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Script, Value};
 
 /// Selects the TLS crypto provider (ring) for `rediss://` connections. Call once, before the
@@ -235,30 +235,6 @@ impl Conn {
                 }
             }
             Inner::Cluster(cluster) => cluster.batch(kind, batch).await,
-        }
-    }
-
-    /// `WAIT n timeout` on the node that holds `key` (the write of this connection that must
-    /// reach `n` replicas went there): the replicas that acknowledged.
-    pub async fn wait_replicas(
-        &mut self,
-        key: &str,
-        n: u32,
-        timeout: Duration,
-    ) -> RedisResult<i64> {
-        let mut wait = redis::cmd("WAIT");
-        wait.arg(n).arg(timeout.as_millis() as u64);
-        match &mut self.0 {
-            Inner::Node(conn) => wait.query_async(conn).await,
-            Inner::Cluster(cluster) => {
-                let route =
-                    SingleNodeRoutingInfo::SpecificNode(Route::new(slot_of(key), SlotAddr::Master));
-                let v = cluster
-                    .conn
-                    .route_command(wait, RoutingInfo::SingleNode(route))
-                    .await?;
-                redis::from_redis_value(v).map_err(Into::into)
-            }
         }
     }
 

@@ -204,3 +204,83 @@ async fn a_promoted_replica_has_every_acknowledged_result() {
     })
     .await;
 }
+
+/// Issue 23, item 6 (suspected, confirmed): `WAIT` counts the replicas that acknowledged the
+/// writes *of the connection it is sent on*; sent on its own after the connection reconnected,
+/// it has nothing to wait for and answers at once, whatever became of the write. Shown here on a
+/// fresh connection while the only replica is frozen. The host now sends the fenced write and
+/// its `WAIT` in one pipeline on one connection (a reconnect fails both), so a term's write with
+/// `--min-replicas` is reported unreplicated while the replica is frozen, and accepted once it
+/// acknowledges again.
+#[tokio::test]
+async fn a_write_waits_for_replicas_on_the_connection_that_carried_it() {
+    use leasehold::fence::{self, TermWrite, TermWriteError};
+    use leasehold::keys::JobKeys;
+    use leasehold::lease::{self, Acquired};
+    use leasehold::term::{Replicas, Term};
+
+    deadline(Duration::from_secs(60), async {
+        let primary = RedisServer::start().await;
+        let replica = replica_of(primary.port).await;
+        let keys = JobKeys::new("waited");
+        let mut c = crate::harness::conn(&primary).await;
+        let ttl = Duration::from_secs(30);
+        let Acquired::Granted { token } = lease::acquire(&mut c, &keys, "a:1", ttl).await.unwrap()
+        else {
+            panic!("not granted")
+        };
+        let replicas = Replicas {
+            count: 1,
+            timeout: Duration::from_millis(500),
+        };
+        let term = Term::with_replicas(
+            token,
+            "a:1".into(),
+            std::time::Instant::now() + ttl,
+            Some(replicas),
+        );
+        let write = |v: &'static [u8]| {
+            let keys = keys.clone();
+            let term = term.clone();
+            let mut c = c.clone();
+            async move {
+                let sets = [(keys.data("x"), v)];
+                fence::write_in_term(&mut c, &keys, &term, TermWrite::new(&sets, &[])).await
+            }
+        };
+        write(b"1").await.unwrap();
+        replica.pause();
+        // The suspicion: a WAIT on a connection that carried no write answers at once.
+        let mut other = primary.conn().await;
+        let started = std::time::Instant::now();
+        let acked: i64 = redis::cmd("WAIT")
+            .arg(1)
+            .arg(2000)
+            .query_async(&mut other)
+            .await
+            .unwrap();
+        assert_eq!(
+            acked, 1,
+            "a fresh connection's WAIT counts the frozen replica"
+        );
+        assert!(started.elapsed() < Duration::from_millis(1500));
+        // The host's write waits on its own connection: not acknowledged, and said so.
+        let unacked = write(b"2").await;
+        assert!(
+            matches!(
+                unacked,
+                Err(TermWriteError::NotReplicated {
+                    acked: 0,
+                    wanted: 1,
+                    ..
+                })
+            ),
+            "{unacked:?}"
+        );
+        replica.resume();
+        write(b"3").await.unwrap();
+        let v: String = replica.conn().await.get(keys.data("x")).await.unwrap();
+        assert_eq!(v, "3");
+    })
+    .await;
+}
