@@ -6,6 +6,8 @@
 //!   with a slot moved between primaries on demand.
 //! * [`redis`] — `redis-server` processes the harness starts on ports it picks, and kills on
 //!   drop (plain, with an append-only file, or TLS-only).
+//! * [`sentinel`] — Redis Sentinel processes monitoring a primary (`redis-sentinel`), for
+//!   failovers done by Sentinel.
 //! * [`process`] — `leasehold` processes: the binary is a parameter (tests and benches pass
 //!   `env!("CARGO_BIN_EXE_leasehold")`, the demo its own executable); logs captured in memory,
 //!   signals, the HTTP address a host bound on port 0, teardown on drop.
@@ -27,6 +29,7 @@ pub mod history;
 pub mod http;
 pub mod process;
 pub mod redis;
+pub mod sentinel;
 pub mod temp;
 pub mod wait;
 

@@ -204,16 +204,17 @@ pub struct Elector {
 /// next of `clients` (a cluster's seed nodes: a subscription on any node of a cluster hears
 /// every `PUBLISH`).
 pub async fn listen_for_releases(
-    clients: Vec<redis::Client>,
+    clients: crate::redis_conn::PubSubSource,
     jobs: ReleaseNotices,
     stop: CancellationToken,
 ) {
     let mut warned = false;
     let mut next = 0;
-    while !stop.is_cancelled() && !clients.is_empty() {
-        let client = &clients[next % clients.len()];
+    while !stop.is_cancelled() {
+        let attempt = next;
         next += 1;
         let listen = async {
+            let client = clients.client(attempt, Duration::from_secs(5)).await?;
             let mut pubsub = client.get_async_pubsub().await?;
             // One pattern for every job, so jobs added later need no new subscription.
             pubsub.psubscribe(crate::keys::RELEASED_PATTERN).await?;

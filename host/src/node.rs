@@ -355,9 +355,11 @@ pub async fn run(
     }
     // ... and checked again while the host runs (a `CONFIG SET` after start-up): a Redis that
     // may now evict stops the host as the start-up check would have, after a clean shutdown.
+    // (A Sentinel service's primary is looked up again at the same pace.)
     let store_unsafe = CancellationToken::new();
     let store_refusal = Arc::new(std::sync::Mutex::new(None));
-    if !cfg.allow_evicting_redis {
+    {
+        let allow_evicting = cfg.allow_evicting_redis;
         let (conn, stop, refusal) = (conn.clone(), store_unsafe.clone(), store_refusal.clone());
         let every =
             (cfg.timing.heartbeat * DEPLOYMENT_RECHECK_HEARTBEATS).max(Duration::from_secs(1));
@@ -367,6 +369,14 @@ pub async fn run(
                 tokio::select! {
                     _ = tokio::time::sleep(every) => {}
                     _ = stop.cancelled() => return,
+                }
+                // A Sentinel service's primary is looked up again here too, not only after
+                // errors (a no-op for a node or a cluster).
+                if let Err(e) = conn.follow_primary().await {
+                    warn!(node = %node, "cannot ask the sentinels for the primary: {e}");
+                }
+                if allow_evicting {
+                    continue;
                 }
                 match crate::deployment::check(&mut conn.clone(), false).await {
                     Ok(_) => {}

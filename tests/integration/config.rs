@@ -204,45 +204,42 @@ async fn a_redis_set_to_evict_after_start_up_stops_the_host_loudly() {
 }
 
 #[test]
-fn sentinel_and_unknown_redis_urls_are_refused_and_cluster_urls_accepted_by_check_config() {
-    for url in [
-        "redis+sentinel://127.0.0.1:26379/mymaster",
-        "http://127.0.0.1:6379",
-    ] {
-        let (code, err) = run(&[
+fn unknown_redis_urls_are_refused_and_cluster_and_sentinel_urls_accepted_by_check_config() {
+    let check = |url: &str| {
+        run(&[
             "run",
             "--redis-url",
             url,
             "--node-id",
             "n1",
             "--check-config",
-        ]);
-        assert_eq!(code, 1, "{url}: {err}");
-        assert!(
-            err.contains("is not supported")
-                && err.contains("redis+cluster://")
-                && err.contains("Sentinel is not supported"),
-            "{url}: {err}"
-        );
-    }
-    // A cluster URL without a seed node is refused naming the form; with seeds it passes.
-    let (code, err) = run(&[
-        "run",
-        "--redis-url",
-        "redis+cluster://",
-        "--node-id",
-        "n1",
-        "--check-config",
-    ]);
+        ])
+    };
+    let (code, err) = check("http://127.0.0.1:6379");
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("is not supported")
+            && err.contains("redis+cluster://")
+            && err.contains("redis+sentinel://"),
+        "{err}"
+    );
+    // A cluster URL without a seed node, or a Sentinel URL without a sentinel or a service, is
+    // refused naming the form; complete ones pass.
+    let (code, err) = check("redis+cluster://");
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("names no seed node"), "{err}");
-    let (code, err) = run(&[
-        "run",
-        "--redis-url",
+    let (code, err) = check("redis+sentinel://127.0.0.1:26379");
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("names no service"), "{err}");
+    let (code, err) = check("redis+sentinel:///mymaster");
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("names no sentinel"), "{err}");
+    for url in [
         "redis+cluster://127.0.0.1:7000,127.0.0.1:7001",
-        "--node-id",
-        "n1",
-        "--check-config",
-    ]);
-    assert_eq!(code, 0, "{err}");
+        "redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster",
+        "redis+sentinel://:pw@127.0.0.1:26379/mymaster",
+    ] {
+        let (code, err) = check(url);
+        assert_eq!(code, 0, "{url}: {err}");
+    }
 }

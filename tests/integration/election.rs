@@ -89,7 +89,7 @@ async fn a_resigning_leader_hands_over_without_waiting_for_the_ttl() {
             let stop = CancellationToken::new();
             let channels = HashMap::from([(keys.released_channel(), released.clone())]);
             tokio::spawn(listen_for_releases(
-                vec![redis.client()],
+                leasehold::redis_conn::PubSubSource::Nodes(vec![redis.client()]),
                 std::sync::Arc::new(std::sync::Mutex::new(channels)),
                 stop.clone(),
             ));

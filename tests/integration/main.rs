@@ -60,6 +60,10 @@ mod soak;
 // --min-replicas: writes wait for Redis replicas, and fail without them.
 mod replicas;
 
+// Redis Sentinel: real sentinels fail the primary over mid-run; the hosts follow the new
+// primary and the run finishes with every acknowledged charge.
+mod sentinel;
+
 // Membership and balancing with real hosts: preferred members lead, survivors take over, a
 // returning replica gets its jobs back by graceful hand-overs.
 mod balance;

@@ -13,7 +13,7 @@ use crate::harness::{
 use crate::proxy::FaultProxy;
 
 /// Starts a replica of the server on `port` and waits until it has synchronised.
-async fn replica_of(port: u16) -> RedisServer {
+pub(crate) async fn replica_of(port: u16) -> RedisServer {
     let replica = RedisServer::start_with(RedisConfig::new().args([
         "--replicaof".to_string(),
         "127.0.0.1".to_string(),

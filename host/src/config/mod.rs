@@ -18,7 +18,7 @@
 //! | `max-stored-bytes` | at least 1 KiB |
 //! | `cache-dir` | not inside `jobs-dir` (whoever can drop a job there could plant compiled code) |
 //! | `http-token` | not empty when set |
-//! | `redis-url` | `redis://`, `rediss://` or `unix://` (no Sentinel or Cluster URLs) |
+//! | `redis-url` | `redis://`, `rediss://`, `unix://`, `redis+cluster://` (seeds) or `redis+sentinel://` (sentinels and service) |
 //! | `replica-timeout` | above zero and at most `lease-ttl` |
 //!
 //! Job specs are validated where they are read, in [`crate::spec`].

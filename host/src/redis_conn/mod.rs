@@ -1,11 +1,15 @@
 //! Redis connections: one place that sets timeouts, hides passwords in messages, and speaks to
-//! either one Redis node or a Redis Cluster behind the same type ([`Conn`]).
+//! one Redis node, the primary of a Sentinel service ([`sentinel`]) or a Redis Cluster behind
+//! the same type ([`Conn`]).
 //!
 //! URLs: `redis://[user:password@]host:port[/db]`, `rediss://…` for TLS, and
 //! `unix:///path/to/redis.sock` for a Unix socket (what `./dev sample` uses). A **Redis
 //! Cluster** is named by its seed nodes: `redis+cluster://[user:password@]host:port,host:port,…`
 //! (`rediss+cluster://…` for TLS); the client learns the rest of the cluster from them and
-//! follows it as slots move. TLS verifies the server against the system's CA store;
+//! follows it as slots move. A **Sentinel** service is named by its sentinels and the service
+//! name: `redis+sentinel://[user:password@]host:port,host:port/service` (`rediss+sentinel://`
+//! for TLS to the data nodes; the credentials are the data nodes', the sentinels are asked
+//! without). TLS verifies the server against the system's CA store;
 //! `SSL_CERT_FILE` (a PEM bundle) or `SSL_CERT_DIR` point at other CAs, e.g. a private one.
 //!
 //! **Commands on a cluster.** Every script and pipeline of one job touches keys of that job
@@ -32,6 +36,10 @@ use redis::aio::{
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Script, Value};
+
+pub mod sentinel;
+
+pub use sentinel::SentinelTarget;
 
 /// Selects the TLS crypto provider (ring) for `rediss://` connections. Call once, before the
 /// first connection; later calls do nothing.
@@ -63,6 +71,8 @@ pub enum Target {
     /// A Redis Cluster, by its seed nodes as single-node URLs (`redis://…` or `rediss://…`,
     /// each with the credentials of the cluster URL).
     Cluster(Vec<String>),
+    /// The primary of a Redis Sentinel service.
+    Sentinel(SentinelTarget),
 }
 
 /// Reads a Redis URL: the schemes of the module doc. The error names the URL (password
@@ -78,9 +88,10 @@ pub fn target(url: &str) -> Result<Target, String> {
         "redis" | "rediss" | "unix" | "redis+unix" => return Ok(Target::Node(url.to_string())),
         "redis+cluster" => "redis",
         "rediss+cluster" => "rediss",
+        "redis+sentinel" | "rediss+sentinel" => return sentinel_target(url, scheme, rest),
         other => {
             return Err(format!(
-                "redis URL scheme {other:?} is not supported (in {}): use redis://, rediss://, unix://, or redis+cluster:// with the cluster's seed nodes (Sentinel is not supported)",
+                "redis URL scheme {other:?} is not supported (in {}): use redis://, rediss://, unix://, redis+cluster:// with the cluster's seed nodes, or redis+sentinel://host:port,host:port/service",
                 redact(url)
             ));
         }
@@ -108,6 +119,49 @@ pub fn target(url: &str) -> Result<Target, String> {
     Ok(Target::Cluster(seeds))
 }
 
+/// Reads `redis+sentinel://[user:password@]host:port,…/service`.
+fn sentinel_target(url: &str, scheme: &str, rest: &str) -> Result<Target, String> {
+    let (userinfo, rest) = match rest.rsplit_once('@') {
+        Some((u, r)) => (Some(u), r),
+        None => (None, rest),
+    };
+    let (hosts, service) = rest.split_once('/').unwrap_or((rest, ""));
+    let service = service.split('?').next().unwrap_or("");
+    if service.is_empty() || service.contains('/') {
+        return Err(format!(
+            "{} names no service: write {scheme}://host:port,host:port/service (the name in `sentinel monitor <name> …`)",
+            redact(url)
+        ));
+    }
+    let sentinels: Vec<String> = hosts
+        .split(',')
+        .filter(|h| !h.is_empty())
+        .map(|h| format!("redis://{h}"))
+        .collect();
+    if sentinels.is_empty() {
+        return Err(format!(
+            "{} names no sentinel: write {scheme}://host:port,host:port/service",
+            redact(url)
+        ));
+    }
+    for s in &sentinels {
+        redis::Client::open(s.as_str())
+            .map_err(|e| format!("sentinel {s} of {}: {e}", redact(url)))?;
+    }
+    let (username, password) = match userinfo.map(|u| u.split_once(':')) {
+        None => (None, None),
+        Some(None) => (userinfo.map(str::to_string), None),
+        Some(Some((u, p))) => ((!u.is_empty()).then(|| u.to_string()), Some(p.to_string())),
+    };
+    Ok(Target::Sentinel(SentinelTarget {
+        sentinels,
+        service: service.to_string(),
+        username,
+        password,
+        tls: scheme == "rediss+sentinel",
+    }))
+}
+
 /// A connection to Redis, one node or a cluster (cheap to clone: clones share the
 /// connection). It reconnects by itself; every command is bounded by the timeouts it was opened
 /// with.
@@ -117,6 +171,7 @@ pub struct Conn(Inner);
 #[derive(Clone)]
 enum Inner {
     Node(ConnectionManager),
+    Sentinel(sentinel::Sentinel),
     Cluster(Cluster),
 }
 
@@ -161,6 +216,15 @@ impl Conn {
                         .set_max_delay(Duration::from_millis(500));
                     let conn = ConnectionManager::new_with_config(client, config).await?;
                     Ok::<_, anyhow::Error>(Conn(Inner::Node(conn)))
+                }
+                Target::Sentinel(target) => {
+                    let config = ConnectionManagerConfig::new()
+                        .set_connection_timeout(Some(timeout))
+                        .set_response_timeout(response_timeout)
+                        .set_number_of_retries(2)
+                        .set_max_delay(Duration::from_millis(500));
+                    let s = sentinel::Sentinel::connect(target, config, timeout).await?;
+                    Ok(Conn(Inner::Sentinel(s)))
                 }
                 Target::Cluster(seeds) => {
                     let node_url: Arc<str> = seeds[0]
@@ -213,6 +277,15 @@ impl Conn {
         matches!(self.0, Inner::Cluster(_))
     }
 
+    /// For a Sentinel service: asks the sentinels which node is the primary now and moves to it
+    /// if it changed (true). Nothing to do, false, for a node or a cluster.
+    pub async fn follow_primary(&self) -> RedisResult<bool> {
+        match &self.0 {
+            Inner::Sentinel(s) => s.follow().await,
+            _ => Ok(false),
+        }
+    }
+
     /// Sends `batch` in one round trip per node: one pipeline on a single node, one per primary
     /// (all at once) on a cluster. Each command answers for itself, in the order added; a
     /// command whose node could not be asked gets that node's error. Counts the pipelines as
@@ -221,20 +294,32 @@ impl Conn {
         if batch.cmds.is_empty() {
             return Vec::new();
         }
-        match &mut self.0 {
-            Inner::Node(conn) => {
-                crate::metrics::get().round_trip(kind);
-                let pipe = batch.pipeline(0..batch.cmds.len());
-                let loads = batch.scripts.len();
-                match conn
-                    .req_packed_commands(&pipe, loads, batch.cmds.len())
-                    .await
-                {
-                    Ok(values) => values.into_iter().map(Value::extract_error).collect(),
-                    Err(e) => batch.cmds.iter().map(|_| Err(e.clone())).collect(),
+        let (mut conn, sentinel) = match &mut self.0 {
+            Inner::Node(conn) => (conn.clone(), None),
+            Inner::Sentinel(s) => (s.conn(), Some(s.clone())),
+            Inner::Cluster(cluster) => return cluster.batch(kind, batch).await,
+        };
+        crate::metrics::get().round_trip(kind);
+        let pipe = batch.pipeline(0..batch.cmds.len());
+        let loads = batch.scripts.len();
+        match conn
+            .req_packed_commands(&pipe, loads, batch.cmds.len())
+            .await
+        {
+            Ok(values) => {
+                let values: Vec<RedisResult<Value>> =
+                    values.into_iter().map(Value::extract_error).collect();
+                if let (Some(s), Some(Err(e))) = (&sentinel, values.iter().find(|v| v.is_err())) {
+                    s.after_error(e).await;
                 }
+                values
             }
-            Inner::Cluster(cluster) => cluster.batch(kind, batch).await,
+            Err(e) => {
+                if let Some(s) = &sentinel {
+                    s.after_error(&e).await;
+                }
+                batch.cmds.iter().map(|_| Err(e.clone())).collect()
+            }
         }
     }
 
@@ -243,6 +328,10 @@ impl Conn {
     pub async fn on_every_primary(&mut self, cmd: &Cmd) -> RedisResult<Vec<(String, Value)>> {
         match &mut self.0 {
             Inner::Node(conn) => Ok(vec![(String::new(), conn.req_packed_command(cmd).await?)]),
+            Inner::Sentinel(s) => Ok(vec![(
+                s.primary_addr(),
+                s.conn().req_packed_command(cmd).await?,
+            )]),
             Inner::Cluster(cluster) => {
                 let mut out = Vec::new();
                 for addr in cluster.primaries() {
@@ -272,6 +361,7 @@ impl Conn {
                 .arg(1000);
             let v = match &mut self.0 {
                 Inner::Node(conn) => conn.req_packed_command(&scan).await?,
+                Inner::Sentinel(s) => s.conn().req_packed_command(&scan).await?,
                 Inner::Cluster(cluster) => {
                     let addr = cluster.owner(slot_of(key)).ok_or_else(|| {
                         RedisError::from((redis::ErrorKind::Client, "no primary owns the slot"))
@@ -296,6 +386,13 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match &mut self.0 {
             Inner::Node(c) => c.req_packed_command(cmd),
+            Inner::Sentinel(s) => Box::pin(async move {
+                let r = s.conn().req_packed_command(cmd).await;
+                if let Err(e) = &r {
+                    s.after_error(e).await;
+                }
+                r
+            }),
             Inner::Cluster(c) => c.conn.req_packed_command(cmd),
         }
     }
@@ -308,6 +405,13 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match &mut self.0 {
             Inner::Node(c) => c.req_packed_commands(cmd, offset, count),
+            Inner::Sentinel(s) => Box::pin(async move {
+                let r = s.conn().req_packed_commands(cmd, offset, count).await;
+                if let Err(e) = &r {
+                    s.after_error(e).await;
+                }
+                r
+            }),
             Inner::Cluster(c) => c.conn.req_packed_commands(cmd, offset, count),
         }
     }
@@ -315,6 +419,7 @@ impl ConnectionLike for Conn {
     fn get_db(&self) -> i64 {
         match &self.0 {
             Inner::Node(c) => c.get_db(),
+            Inner::Sentinel(s) => s.conn().get_db(),
             Inner::Cluster(_) => 0,
         }
     }
@@ -603,17 +708,43 @@ pub fn slot_of(key: &str) -> u16 {
 /// Clients for the host's notice listener (`PSUBSCRIBE`), one per node to try in turn: the one
 /// node, or each seed of a cluster (a cluster delivers every `PUBLISH` to subscribers on any
 /// node, so one node's subscription hears every job).
-pub fn pubsub_clients(url: &str) -> anyhow::Result<Vec<redis::Client>> {
+pub fn pubsub_clients(url: &str) -> anyhow::Result<PubSubSource> {
     let urls = match target(url).map_err(anyhow::Error::msg)? {
         Target::Node(u) => vec![u],
         Target::Cluster(seeds) => seeds,
+        Target::Sentinel(t) => return Ok(PubSubSource::Sentinel(t)),
     };
     urls.iter()
         .map(|u| {
             redis::Client::open(u.as_str())
                 .with_context(|| format!("invalid redis url {}", redact(u)))
         })
-        .collect()
+        .collect::<anyhow::Result<_>>()
+        .map(PubSubSource::Nodes)
+}
+
+/// Where a host subscribes to notices: a node (or a cluster's seeds, tried in turn), or the
+/// primary a Sentinel service names at the time of each (re)subscription.
+#[derive(Clone, Debug)]
+pub enum PubSubSource {
+    /// These nodes, one after the other.
+    Nodes(Vec<redis::Client>),
+    /// The service's primary, found through its sentinels.
+    Sentinel(SentinelTarget),
+}
+
+impl PubSubSource {
+    /// The client to subscribe with on the `attempt`th try, within `timeout`.
+    pub async fn client(&self, attempt: usize, timeout: Duration) -> RedisResult<redis::Client> {
+        match self {
+            PubSubSource::Nodes(clients) if clients.is_empty() => Err(RedisError::from((
+                redis::ErrorKind::Client,
+                "no node to subscribe on",
+            ))),
+            PubSubSource::Nodes(clients) => Ok(clients[attempt % clients.len()].clone()),
+            PubSubSource::Sentinel(t) => t.primary(timeout).await,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -666,5 +797,41 @@ mod tests {
         for bad in ["redis+cluster://", "redis-sentinel://h:1", "h:1"] {
             assert!(target(bad).is_err(), "{bad} accepted");
         }
+    }
+
+    #[test]
+    fn sentinel_urls_name_their_sentinels_service_and_the_nodes_credentials() {
+        assert_eq!(
+            target("redis+sentinel://app:pw@10.0.0.1:26379,10.0.0.2:26380/ledger"),
+            Ok(Target::Sentinel(SentinelTarget {
+                sentinels: vec![
+                    "redis://10.0.0.1:26379".into(),
+                    "redis://10.0.0.2:26380".into()
+                ],
+                service: "ledger".into(),
+                username: Some("app".into()),
+                password: Some("pw".into()),
+                tls: false,
+            }))
+        );
+        let Ok(Target::Sentinel(t)) = target("rediss+sentinel://:pw@h:1/svc") else {
+            panic!("not a sentinel target");
+        };
+        assert_eq!(
+            (t.username, t.password, t.tls),
+            (None, Some("pw".into()), true)
+        );
+        for bad in [
+            "redis+sentinel://h:1",
+            "redis+sentinel://h:1/",
+            "redis+sentinel:///svc",
+            "redis+sentinel://h:1/a/b",
+        ] {
+            assert!(target(bad).is_err(), "{bad} accepted");
+        }
+        assert_eq!(
+            redact("redis+sentinel://app:pw@h:1/svc"),
+            "redis+sentinel://app:***@h:1/svc"
+        );
     }
 }
