@@ -110,6 +110,19 @@ async fn the_sample_day_is_reconciled_exactly_once() {
             .get("lh:{reconciliation}:data:report/2026-11-27/text")
             .await
             .unwrap();
+        // Every line of each file is accounted for (13 and 14 lines, each with its line end).
+        let read = |label: &str| {
+            text.lines()
+                .find(|l| l.starts_with(label))
+                .and_then(|l| l.split_whitespace().last())
+                .map(str::to_string)
+        };
+        assert_eq!(read("bank.csv lines read").as_deref(), Some("13"), "{text}");
+        assert_eq!(
+            read("ledger.csv lines read").as_deref(),
+            Some("14"),
+            "{text}"
+        );
         for needle in [
             "-1270.00", "7416.69", "8686.69", "BNK-004", "LED-106", "BNK-008", "LED-109", "LED-113",
         ] {
@@ -381,6 +394,45 @@ async fn a_waiting_run_is_found_and_finished_by_the_next_leader() {
         )
         .await;
         drop(host2);
+    })
+    .await;
+}
+
+/// Issue 28: a statement with an unclosed quote on line 2 of 5 was read as 2 entries, the quote
+/// swallowing the rest of the day. The run now fails, its record naming the file, the line
+/// where the quote opened and why; nothing of the day is reported.
+#[tokio::test]
+async fn a_statement_with_an_unclosed_quote_fails_the_run_naming_the_line() {
+    deadline(Duration::from_secs(120), async {
+        let redis = RedisServer::start().await;
+        let dir = setup();
+        std::fs::write(
+            dir.join(&format!("data/reconciliation/{PERIOD}/bank.csv")),
+            "id,date,amount,reference,description\n\
+             BNK-001,2026-11-27,1250.00,INV-1042,\"ACME LTD\n\
+             BNK-002,2026-11-27,840.50,INV-1043,Beta\n\
+             BNK-003,2026-11-27,-1200.00,RENT-NOV,Rent\n\
+             BNK-004,2026-11-27,3100.00,INV-1047,Gamma\n",
+        )
+        .unwrap();
+        let _host = start_host(&dir, &redis, "n1");
+        trigger(&redis);
+        let failed =
+            wait_status(&redis, "failed", "the run to fail", Duration::from_secs(90)).await;
+        let error = failed["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains(
+                "bank.csv, line 2: malformed CSV: a quote opened on this line never closes"
+            ),
+            "{failed}"
+        );
+        let text: Option<String> = redis
+            .conn()
+            .await
+            .get("lh:{reconciliation}:data:report/2026-11-27/text")
+            .await
+            .unwrap();
+        assert_eq!(text, None, "a report was written from a file read short");
     })
     .await;
 }

@@ -622,13 +622,13 @@ async fn a_run_open_when_the_schedule_changes_finishes_under_its_period() {
             "the open run to go on under its period, marked",
             Duration::from_secs(90),
             || async {
+                // Written `running` as the step starts, then `waiting` again after it.
                 run_record(&s.redis, "stepper", &old)
                     .await
-                    .filter(|r| r["earlier_schedule"].is_string())
+                    .filter(|r| r["earlier_schedule"].is_string() && r["status"] == "waiting")
             },
         )
         .await;
-        assert_eq!(carried["status"], "waiting", "{carried}");
         assert!(
             carried["earlier_schedule"]
                 .as_str()

@@ -6,7 +6,11 @@
 //! # Inputs
 //!
 //! `bank.csv` (the bank's statement for the day) and `ledger.csv` (our ledger entries),
-//! both with the header `id,date,amount,reference,description`; see [`parse_entries`].
+//! both with the header `id,date,amount,reference,description`; see [`read_entries`]. They are
+//! read strictly ([`strict_csv`]): a file that is not well-formed CSV (an unclosed quote, text
+//! after a closing quote, a stray quote, a lone CR, a NUL byte, the header again) is refused
+//! naming the file and the line where the problem starts, so no line is ever dropped silently;
+//! and every physical line read is counted, for the report.
 //! Money is integer cents (`i64`); dates are day numbers (days since 1970-01-01, `i32`).
 //!
 //! # Matching rules
@@ -82,6 +86,7 @@ mod parse;
 mod parts;
 mod progress;
 mod report;
+pub mod strict_csv;
 
 #[cfg(test)]
 mod tests;
@@ -95,7 +100,7 @@ pub use matcher::{
     BankRef, Chunk, EntryRef, LedgerRef, MatchKind, Matched, Matcher, Mismatch, Outcome,
     missing_in_bank, reconcile_chunk,
 };
-pub use parse::{Entry, HEADER, ParseError, parse_entries};
+pub use parse::{Entry, HEADER, ParseError, Parsed, parse_entries, read_entries};
 pub use parts::{PartResult, Parts, PartsError, assemble, partition, reconcile_part};
 pub use progress::{Progress, StateError, Totals};
 pub use report::{DEFAULT_TOLERANCE_DAYS, Report, input_fingerprint, reconcile};

@@ -52,14 +52,33 @@ impl fmt::Display for ParseError {
 
 impl std::error::Error for ParseError {}
 
+/// A file's entries and how many lines it had.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Parsed {
+    /// The entries, in file order.
+    pub entries: Vec<Entry>,
+    /// Every physical line read, the header and blank lines included (`wc -l`, plus one when
+    /// the last line has no line end): a reader can check it against the file.
+    pub lines: u64,
+}
+
+/// Parses a CSV file with the header `id,date,amount,reference,description`: its entries
+/// ([`read_entries`] also says how many lines it read).
+pub fn parse_entries(csv_text: &str, file_name: &str) -> Result<Vec<Entry>, ParseError> {
+    read_entries(csv_text, file_name).map(|p| p.entries)
+}
+
 /// Parses a CSV file with the header `id,date,amount,reference,description`.
 ///
-/// Fields may be quoted. `date` is a strict `YYYY-MM-DD`; `amount` is a decimal with up to
-/// two fractional digits and an optional leading `-`; `id` must be non-empty and unique in
-/// the file; `reference` and `description` may be empty. No field is trimmed: stray spaces
-/// in `date` or `amount` are errors. A leading UTF-8 byte-order mark and blank lines are
-/// ignored.
-pub fn parse_entries(csv_text: &str, file_name: &str) -> Result<Vec<Entry>, ParseError> {
+/// The CSV must be well-formed ([`crate::strict_csv`]: an unclosed quote, text after a closing
+/// quote, a quote inside an unquoted field, a lone CR or a NUL byte refuses the file, naming
+/// the line where the problem starts), so no line is ever read short. `date` is a strict
+/// `YYYY-MM-DD`; `amount` is a decimal with up to two fractional digits and an optional
+/// leading `-`; `id` must be non-empty and unique in the file; `reference` and `description`
+/// may be empty. No field is trimmed: stray spaces in `date` or `amount` are errors. A leading
+/// UTF-8 byte-order mark and blank lines are skipped (blank lines are counted); a second header
+/// line (two files joined) is refused.
+pub fn read_entries(csv_text: &str, file_name: &str) -> Result<Parsed, ParseError> {
     let text = csv_text.strip_prefix('\u{feff}').unwrap_or(csv_text);
     let error = |line: u64, field: Option<&'static str>, reason: String| ParseError {
         file: file_name.to_string(),
@@ -67,85 +86,72 @@ pub fn parse_entries(csv_text: &str, file_name: &str) -> Result<Vec<Entry>, Pars
         field,
         reason,
     };
-    let csv_error = |e: csv::Error| {
-        let line = e.position().map_or(0, |p| p.line());
-        error(line, None, format!("malformed CSV: {e}"))
-    };
-
-    let mut reader = csv::ReaderBuilder::new()
-        .has_headers(true)
-        .flexible(true)
-        .from_reader(text.as_bytes());
-    let header = reader.headers().map_err(csv_error)?.clone();
-    if header.is_empty() || (header.len() == 1 && header[0].is_empty()) {
-        return Err(error(1, None, "missing header row".to_string()));
-    }
-    if header.iter().ne(HEADER.iter().copied()) {
-        return Err(error(
-            1,
-            None,
-            format!(
-                "expected header {:?}, found {:?}",
-                HEADER.join(","),
-                header.iter().collect::<Vec<_>>().join(",")
-            ),
-        ));
-    }
-
-    // The csv crate does not count skipped blank lines, and a record's byte offset points
-    // at any blank lines before it. So skip those, then count terminators: only for a line
-    // that is reported (counting every record's would cost more than parsing it).
-    let line_of = |byte: usize| -> u64 {
-        let mut byte = byte.min(text.len());
-        while matches!(text.as_bytes().get(byte), Some(b'\r' | b'\n')) {
-            byte += 1;
-        }
-        1 + count_line_breaks(&text.as_bytes()[..byte])
-    };
-
     let mut entries = Vec::new();
-    // Each entry's byte offset, for the line of a duplicate id.
-    let mut offsets: Vec<usize> = Vec::new();
-    let mut record = csv::StringRecord::new();
-    loop {
-        match reader.read_record(&mut record) {
-            Ok(true) => {}
-            Ok(false) => break,
-            Err(e) => return Err(csv_error(e)),
-        }
-        let offset = record.position().map_or(0, |p| p.byte() as usize);
-        let line = || line_of(offset);
-        if record.len() != HEADER.len() {
-            return Err(error(
-                line(),
-                None,
-                format!("expected {} fields, found {}", HEADER.len(), record.len()),
-            ));
-        }
-        let id = &record[0];
-        if id.is_empty() {
-            return Err(error(line(), Some("id"), "empty id".to_string()));
-        }
-        let date = parse_date(&record[1]).ok_or_else(|| {
-            error(
-                line(),
-                Some("date"),
-                format!(
-                    "invalid date {:?}: expected a real calendar date as YYYY-MM-DD",
-                    &record[1]
-                ),
-            )
-        })?;
-        let amount_cents =
-            parse_amount(&record[2]).map_err(|reason| error(line(), Some("amount"), reason))?;
-        offsets.push(offset);
-        entries.push(Entry {
-            id: id.to_string(),
-            date,
-            amount_cents,
-            reference: record[3].to_string(),
-            description: record[4].to_string(),
-        });
+    // Each entry's line, for the line of a duplicate id.
+    let mut lines_of: Vec<u64> = Vec::new();
+    let mut header = false;
+    let lines = crate::strict_csv::read_records(
+        text,
+        |line, record| {
+            if !header {
+                header = true;
+                if record.iter().map(|f| f.as_ref()).ne(HEADER.iter().copied()) {
+                    return Err(error(
+                        line,
+                        None,
+                        format!(
+                            "expected header {:?}, found {:?}",
+                            HEADER.join(","),
+                            record.join(",")
+                        ),
+                    ));
+                }
+                return Ok(());
+            }
+            if record.len() != HEADER.len() {
+                return Err(error(
+                    line,
+                    None,
+                    format!("expected {} fields, found {}", HEADER.len(), record.len()),
+                ));
+            }
+            if record.iter().map(|f| f.as_ref()).eq(HEADER.iter().copied()) {
+                return Err(error(
+                    line,
+                    None,
+                    "the header line again: are two files joined together?".to_string(),
+                ));
+            }
+            let id = &record[0];
+            if id.is_empty() {
+                return Err(error(line, Some("id"), "empty id".to_string()));
+            }
+            let date = parse_date(&record[1]).ok_or_else(|| {
+                error(
+                    line,
+                    Some("date"),
+                    format!(
+                        "invalid date {:?}: expected a real calendar date as YYYY-MM-DD",
+                        &record[1]
+                    ),
+                )
+            })?;
+            let amount_cents =
+                parse_amount(&record[2]).map_err(|reason| error(line, Some("amount"), reason))?;
+            lines_of.push(line);
+            entries.push(Entry {
+                id: id.to_string(),
+                date,
+                amount_cents,
+                reference: record[3].to_string(),
+                description: record[4].to_string(),
+            });
+            Ok(())
+        },
+        |e| error(e.line, None, format!("malformed CSV: {}", e.reason)),
+    )?;
+    if !header {
+        return Err(error(1, None, "missing header row".to_string()));
     }
     // Ids are unique: the first line that repeats one is reported, with the line it repeats.
     let mut first_of_id: FastMap<&str, usize> =
@@ -153,12 +159,11 @@ pub fn parse_entries(csv_text: &str, file_name: &str) -> Result<Vec<Entry>, Pars
     for (i, e) in entries.iter().enumerate() {
         if let Some(&first) = first_of_id.get(e.id.as_str()) {
             return Err(error(
-                line_of(offsets[i]),
+                lines_of[i],
                 Some("id"),
                 format!(
                     "duplicate id {:?} (first used on line {})",
-                    e.id,
-                    line_of(offsets[first])
+                    e.id, lines_of[first]
                 ),
             ));
         }
@@ -167,18 +172,7 @@ pub fn parse_entries(csv_text: &str, file_name: &str) -> Result<Vec<Entry>, Pars
     if entries.len() >= u32::MAX as usize {
         return Err(error(0, None, "too many lines".to_string()));
     }
-    Ok(entries)
-}
-
-/// Line terminators in `bytes`: `\n`, `\r\n`, or a lone `\r`.
-fn count_line_breaks(bytes: &[u8]) -> u64 {
-    let mut n = 0;
-    for (i, &c) in bytes.iter().enumerate() {
-        if c == b'\n' || (c == b'\r' && bytes.get(i + 1) != Some(&b'\n')) {
-            n += 1;
-        }
-    }
-    n
+    Ok(Parsed { entries, lines })
 }
 
 #[cfg(test)]
@@ -272,5 +266,52 @@ mod tests {
         );
         let err = parse_entries("", "ledger.csv").unwrap_err();
         assert_eq!(err.to_string(), "ledger.csv, line 1: missing header row");
+    }
+
+    #[test]
+    fn every_line_is_counted_and_malformed_files_are_refused_at_their_line() {
+        // The header, an entry, a blank line, an entry whose description spans two: five lines.
+        let parsed = read_entries(
+            &format!("{HEAD}B1,2026-11-27,1,,x\n\nB2,2026-11-27,2,,\"two\nlines\"\n"),
+            "bank.csv",
+        )
+        .unwrap();
+        assert_eq!((parsed.entries.len(), parsed.lines), (2, 5));
+        // No final line end: the last line still counts.
+        assert_eq!(
+            read_entries(&format!("{HEAD}B1,2026-11-27,1,,x"), "b")
+                .unwrap()
+                .lines,
+            2
+        );
+        let cases = [
+            (
+                "B1,2026-11-27,1,,\"open\nB2,2026-11-27,2,,y\n",
+                2,
+                "never closes",
+            ),
+            ("B1,2026-11-27,1,,\"ab\"c\n", 2, "after the closing quote"),
+            (
+                "B1,2026-11-27,1,R\"1,x\n",
+                2,
+                "quote inside an unquoted field",
+            ),
+            (
+                "B1,2026-11-27,1,,x\rB2,2026-11-27,2,,y\r",
+                2,
+                "carriage return",
+            ),
+            ("B1,2026-11-27,1,,x\nB2,2026-11-27,2,,\0\n", 3, "NUL"),
+            (
+                "B1,2026-11-27,1,,x\nid,date,amount,reference,description\n",
+                3,
+                "header line again",
+            ),
+        ];
+        for (body, line, why) in cases {
+            let err = parse(body).unwrap_err();
+            assert_eq!(err.line, line, "{body:?}: {err}");
+            assert!(err.reason.contains(why), "{body:?}: {err}");
+        }
     }
 }

@@ -28,7 +28,7 @@ use leasehold_guest::prelude::*;
 use leasehold_guest::{store, tasks};
 use recon_core::{
     Chunk, DEFAULT_TOLERANCE_DAYS, Entry, Matcher, PartResult, Progress, Totals, assemble,
-    format_cents, input_fingerprint, missing_in_bank, parse_entries, partition, reconcile_chunk,
+    format_cents, input_fingerprint, missing_in_bank, partition, read_entries, reconcile_chunk,
     reconcile_part,
 };
 use serde::{Deserialize, Serialize};
@@ -67,15 +67,30 @@ fn fan_out() -> Result<Option<u32>, JobError> {
     }
 }
 
-/// Both files of `period`, parsed, and their fingerprint.
-fn inputs(period: &str) -> Result<(Vec<Entry>, Vec<Entry>, u64), JobError> {
+/// Both files of a period, parsed.
+struct Day {
+    bank: Vec<Entry>,
+    ledger: Vec<Entry>,
+    /// Physical lines read of `bank.csv` and of `ledger.csv` (header and blank lines included).
+    lines: (u64, u64),
+    fingerprint: u64,
+}
+
+/// Both files of `period`, parsed (a file that is not well-formed CSV fails the step, naming
+/// the file and the line), and their fingerprint.
+fn inputs(period: &str) -> Result<Day, JobError> {
     let bank_csv = read_input(period, "bank.csv")?;
     let ledger_csv = read_input(period, "ledger.csv")?;
-    let bank = parse_entries(&bank_csv, "bank.csv").map_err(|e| JobError::Failed(e.to_string()))?;
+    let bank = read_entries(&bank_csv, "bank.csv").map_err(|e| JobError::Failed(e.to_string()))?;
     let ledger =
-        parse_entries(&ledger_csv, "ledger.csv").map_err(|e| JobError::Failed(e.to_string()))?;
+        read_entries(&ledger_csv, "ledger.csv").map_err(|e| JobError::Failed(e.to_string()))?;
     let fingerprint = input_fingerprint(&bank_csv, &ledger_csv, DEFAULT_TOLERANCE_DAYS);
-    Ok((bank, ledger, fingerprint))
+    Ok(Day {
+        lines: (bank.lines, ledger.lines),
+        bank: bank.entries,
+        ledger: ledger.entries,
+        fingerprint,
+    })
 }
 
 /// Statement lines per part of the report (and per step of a sequential run).
@@ -162,10 +177,18 @@ fn get_chunk(key: &str) -> Result<Chunk, JobError> {
 fn text_report(
     period: &str,
     totals: &Totals,
+    (bank_lines, ledger_lines): (u64, u64),
     parts: u32,
     part: &mut dyn FnMut(u32) -> Result<Chunk, JobError>,
 ) -> Result<String, JobError> {
     let mut out = totals.render_text(period);
+    // Every line of each file, header and blank lines included, so a reader can check them
+    // against the files (`wc -l`, plus one if the last line has no line end).
+    out.push_str(&format!("{:<32}{bank_lines:>20}\n", "bank.csv lines read"));
+    out.push_str(&format!(
+        "{:<32}{ledger_lines:>20}\n",
+        "ledger.csv lines read"
+    ));
     let mut mismatches = Vec::new();
     let mut missing_ledger = Vec::new();
     for n in 0..parts {
@@ -274,13 +297,12 @@ impl Guest for Reconciliation {
         if let Some(f) = fanned {
             return fanned_step(term, period, step, f);
         }
-        let bank_csv = read_input(period, "bank.csv")?;
-        let ledger_csv = read_input(period, "ledger.csv")?;
-        let bank =
-            parse_entries(&bank_csv, "bank.csv").map_err(|e| JobError::Failed(e.to_string()))?;
-        let ledger = parse_entries(&ledger_csv, "ledger.csv")
-            .map_err(|e| JobError::Failed(e.to_string()))?;
-        let fingerprint = input_fingerprint(&bank_csv, &ledger_csv, DEFAULT_TOLERANCE_DAYS);
+        let Day {
+            bank,
+            ledger,
+            lines,
+            fingerprint,
+        } = inputs(period)?;
         let mut progress = match state {
             None => {
                 let mut p = Progress::new(ledger.len());
@@ -328,7 +350,7 @@ impl Guest for Reconciliation {
         }
 
         let mut stored = |n: u32| get_chunk(&format!("report/{period}/part-{n}"));
-        finish(term, period, step, &ledger, &progress, &mut stored)
+        finish(term, period, step, &ledger, lines, &progress, &mut stored)
     }
 
     fn run_task(term: &Term, run: RunInfo, task: Task) -> Result<Vec<u8>, JobError> {
@@ -337,7 +359,12 @@ impl Guest for Reconciliation {
         let part = f
             .part
             .ok_or_else(|| JobError::Failed(format!("task {} names no part", task.id)))?;
-        let (bank, ledger, fingerprint) = inputs(&run.period)?;
+        let Day {
+            bank,
+            ledger,
+            fingerprint,
+            ..
+        } = inputs(&run.period)?;
         if fingerprint != f.fingerprint {
             return Err(JobError::Failed(format!(
                 "the input files for {} changed after the run started; a run never mixes inputs",
@@ -395,7 +422,12 @@ fn fanned_step(
         let state = serde_json::to_vec(&f).map_err(|e| JobError::Failed(e.to_string()))?;
         return Ok(StepOutcome::AwaitTasks(state));
     }
-    let (bank, ledger, fingerprint) = inputs(period)?;
+    let Day {
+        bank,
+        ledger,
+        lines,
+        fingerprint,
+    } = inputs(period)?;
     if f.fingerprint != fingerprint {
         return Err(JobError::Failed(format!(
             "the input files for {period} changed after the run started; a run never mixes inputs"
@@ -420,7 +452,7 @@ fn fanned_step(
     }
     let n = chunks.len() as u32;
     let mut in_memory = |i: u32| Ok(std::mem::take(&mut chunks[i as usize]));
-    finish(term, period, n, &ledger, &progress, &mut in_memory)
+    finish(term, period, n, &ledger, lines, &progress, &mut in_memory)
 }
 
 /// The last step: what the bank never showed, the totals, and the report, after `parts` parts.
@@ -429,6 +461,7 @@ fn finish(
     period: &str,
     step: u32,
     ledger: &[Entry],
+    lines: (u64, u64),
     progress: &Progress,
     parts: &mut dyn FnMut(u32) -> Result<Chunk, JobError>,
 ) -> Result<StepOutcome, JobError> {
@@ -436,7 +469,7 @@ fn finish(
     let totals = progress.final_totals(ledger);
     let missing = missing_in_bank(ledger, progress);
     put_json(&format!("report/{period}/missing-in-bank"), &missing)?;
-    let mut text = text_report(period, &totals, step, parts)?;
+    let mut text = text_report(period, &totals, lines, step, parts)?;
     text.push_str(&missing_in_bank_text(
         ledger,
         progress,
