@@ -11,7 +11,7 @@
 //!    revision, possible because lease and data live in the same Redis;
 //! 3. otherwise raises the fence to the token if it is higher; for a guest's write, counts the
 //!    keys and bytes it adds against the job's storage quota and refuses it beyond
-//!    ([`crate::quota`]); and sets every key given (in
+//!    ([`crate::quota`]; a key it deletes comes off the count); and sets every key given (in
 //!    *create* mode only if none of them exists yet: an idempotency key), deletes the keys to
 //!    delete, and applies the run bookkeeping that goes with them ([`Bookkeeping`]): periods
 //!    added to or removed from the open-runs index, operator requests cleared — each only
@@ -146,8 +146,19 @@ if ARGV[8] ~= '' then
     end
     dbytes = dbytes + #ARGV[A + i] - redis.call('STRLEN', k)
   end
+  -- A key deleted comes off the count (its full key and its value).
+  for i = sets + 1, #KEYS - K do
+    local k = KEYS[K + i]
+    if redis.call('EXISTS', k) == 1 then
+      dkeys = dkeys - 1
+      dbytes = dbytes - #k - redis.call('STRLEN', k)
+    end
+  end
   local keys = tonumber(redis.call('HGET', KEYS[5], 'keys') or '0') + dkeys
   local bytes = tonumber(redis.call('HGET', KEYS[5], 'bytes') or '0') + dbytes
+  if keys < 0 then
+    keys = 0
+  end
   if bytes < 0 then
     bytes = 0
   end
@@ -171,11 +182,12 @@ if ARGV[17] == '1' then
     end
   end
 end
+local deleted = 0
 for i = 1, #KEYS - K do
   if i <= sets then
     redis.call('SET', KEYS[K + i], ARGV[A + i])
   else
-    redis.call('DEL', KEYS[K + i])
+    deleted = deleted + redis.call('DEL', KEYS[K + i])
   end
 end
 local a = A + sets
@@ -201,7 +213,7 @@ a = a + 2 * tonumber(ARGV[7])
 for i = 1, tonumber(ARGV[10]) do
   redis.call('ZADD', KEYS[6], 0, ARGV[a + i])
 end
-return {1, '', usage[1], usage[2]}
+return {1, tostring(deleted), usage[1], usage[2]}
 "#
     ))
 });
@@ -365,6 +377,8 @@ impl<'a> TermWrite<'a> {
 pub struct Written {
     /// False when `create` found a key to set already there: nothing was written.
     pub created: bool,
+    /// How many of the keys to delete existed (and were deleted).
+    pub deleted: u32,
     /// `(keys, bytes)` the job keeps after a write counted against its quota.
     pub usage: Option<(u64, u64)>,
 }
@@ -498,6 +512,7 @@ fn answer(
     if ok == 1 {
         return Ok(Written {
             created: kind != "exists",
+            deleted: kind.parse().unwrap_or(0),
             usage: fence_token.parse().ok().zip(holder.parse().ok()),
         });
     }

@@ -211,6 +211,64 @@ async fn a_batch_of_writes_is_one_fenced_write_all_or_nothing() {
     .await;
 }
 
+/// Issue 23, defect 4 (guest side): `store.delete` (world 0.4.1) deletes fenced like a write
+/// and takes the key's bytes off the job's storage count, so a job can free its quota itself.
+#[tokio::test]
+async fn a_guest_delete_is_fenced_and_frees_its_quota() {
+    deadline(Duration::from_secs(120), async {
+        let redis = RedisServer::start().await;
+        let mut c = redis.conn().await;
+        let runtime = Runtime::new(HostLimits::default()).unwrap();
+        let keys = JobKeys::new("probe");
+        let term = lead(&mut c, &keys, "test:1").await;
+        let recorder = crate::history::Recorder::start(&redis).await;
+        let report = lines(run_probe(&runtime, &redis, term, "delete", None).await);
+        assert_eq!(line(&report, "d/2"), "d/2: ok true");
+        assert_eq!(line(&report, "d/3"), "d/3: ok true");
+        assert_eq!(line(&report, "d/404"), "d/404: ok false");
+        assert!(
+            line(&report, "../escape").starts_with("../escape: refused invalid-key("),
+            "{report:?}"
+        );
+        let left: Vec<String> = c.keys(keys.data("d/*")).await.unwrap();
+        assert_eq!(left, vec![keys.data("d/1")]);
+        // Three keys written, two deleted: the count is one key and its bytes.
+        let usage = leasehold::quota::usage(&mut c, &keys).await.unwrap();
+        assert_eq!(usage, (1, (keys.data("d/1").len() + 100) as u64));
+        // Each delete was a fenced script call of the term (the history checker flags any
+        // other deletion of a job's data).
+        let history = recorder.check().unwrap();
+        let deletes = history
+            .applied
+            .iter()
+            .filter(|a| a.key.starts_with(&keys.data("d/")) && a.value.is_empty())
+            .count();
+        assert_eq!(deletes, 3, "{:?}", history.applied);
+    })
+    .await;
+}
+
+/// A component built to world 0.4.0 (the `older` fixture, before `store.delete`) loads on the
+/// 0.4.1 host and runs: the component model links its `…@0.4.0` imports to the host's
+/// semver-compatible 0.4.1 ones.
+#[tokio::test]
+async fn a_component_built_to_world_0_4_0_still_runs() {
+    deadline(Duration::from_secs(120), async {
+        let redis = RedisServer::start().await;
+        let mut c = redis.conn().await;
+        let runtime = Runtime::new(HostLimits::default()).unwrap();
+        let job = runtime.load(&guests().wasm("older")).await.unwrap();
+        assert_eq!(job.world(), "0.4.0");
+        let keys = JobKeys::new("probe");
+        let term = lead(&mut c, &keys, "test:1").await;
+        let out = run_guest(&runtime, &redis, "older", term, "2026-01-01", None).await;
+        assert!(matches!(out, Ok(StepOutcome::Done)), "{out:?}");
+        let v: Option<String> = c.get(keys.data("older/2026-01-01")).await.unwrap();
+        assert_eq!(v.as_deref(), Some("0.4.0"));
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_guest_whose_term_was_overtaken_cannot_write() {
     deadline(Duration::from_secs(120), async {

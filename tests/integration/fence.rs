@@ -219,6 +219,7 @@ async fn guest_writes_are_counted_and_refused_past_the_storage_quota() {
             existing,
             Written {
                 created: false,
+                deleted: 0,
                 usage: None
             }
         );

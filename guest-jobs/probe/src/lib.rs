@@ -18,7 +18,9 @@
 //! - `fill`: write new keys in a loop, without bound, until a write is refused (and fail with
 //!   the error): a job that would fill Redis, stopped by its storage quota;
 //! - `batch`: `store.write-many` three keys, then batches with an invalid key, a value over the
-//!   write limit, and a key written twice, and report each outcome as a line of its state.
+//!   write limit, and a key written twice, and report each outcome as a line of its state;
+//! - `delete`: write `d/1`..`d/3`, `store.delete` `d/2`, `d/3`, `d/404` (never written) and
+//!   `../escape`, and report each outcome as a line of its state.
 
 use leasehold_guest::prelude::*;
 use leasehold_guest::{log, store};
@@ -103,6 +105,20 @@ impl Guest for Probe {
                         ]))
                     ),
                 ];
+                return Ok(StepOutcome::Continue(lines.join("\n").into_bytes()));
+            }
+            "delete" => {
+                let show = |r: Result<bool, store::WriteError>| match r {
+                    Ok(existed) => format!("ok {existed}"),
+                    Err(e) => format!("refused {}", describe(&e)),
+                };
+                for k in ["d/1", "d/2", "d/3"] {
+                    store::write(k, &[5u8; 100]).map_err(|e| JobError::Failed(describe(&e)))?;
+                }
+                let lines: Vec<String> = ["d/2", "d/3", "d/404", "../escape"]
+                    .iter()
+                    .map(|k| format!("{k}: {}", show(store::delete(k))))
+                    .collect();
                 return Ok(StepOutcome::Continue(lines.join("\n").into_bytes()));
             }
             "fill" => {

@@ -1,7 +1,7 @@
 //! The Rust guest SDK for Leasehold jobs.
 //!
 //! A job is a `cdylib` built with `--target wasm32-wasip2` whose component implements the
-//! `leasehold:job/job` world, version 0.4.0 (`wit/job.wit`), or the `fan-out-job` world when its
+//! `leasehold:job/job` world, version 0.4.1 (`wit/job.wit`), or the `fan-out-job` world when its
 //! runs hand tasks to every replica ([`fan_out`]). This crate generates both worlds' bindings
 //! once, so a job depends on `leasehold-guest` alone (not on `wit-bindgen`), and adds:
 //!
@@ -86,11 +86,11 @@ pub mod fan_out_bindings {
         export_macro_name: "export_fan_out",
         default_bindings_module: "leasehold_guest::fan_out_bindings",
         with: {
-            "leasehold:job/types@0.4.0": crate::bindings::leasehold::job::types,
-            "leasehold:job/leadership@0.4.0": crate::bindings::leasehold::job::leadership,
-            "leasehold:job/store@0.4.0": crate::bindings::leasehold::job::store,
-            "leasehold:job/log@0.4.0": crate::bindings::leasehold::job::log,
-            "leasehold:job/tasks@0.4.0": generate,
+            "leasehold:job/types@0.4.1": crate::bindings::leasehold::job::types,
+            "leasehold:job/leadership@0.4.1": crate::bindings::leasehold::job::leadership,
+            "leasehold:job/store@0.4.1": crate::bindings::leasehold::job::store,
+            "leasehold:job/log@0.4.1": crate::bindings::leasehold::job::log,
+            "leasehold:job/tasks@0.4.1": generate,
         },
         additional_derives: [PartialEq, Eq],
     });

@@ -251,11 +251,39 @@ impl HostState {
         self.fenced_guest_write(&writes, create).await
     }
 
+    /// `store.delete` (0.4.1): the key checked, then deleted in a fenced write that takes it off
+    /// the job's storage count; true when it existed.
+    pub(super) async fn store_delete(
+        &mut self,
+        key: String,
+    ) -> wasmtime::Result<Result<bool, store::WriteError>> {
+        if let Err(why) = validate_key(&key) {
+            return Ok(Err(store::WriteError::InvalidKey(why)));
+        }
+        let ctx = self.step()?;
+        let deletes = [ctx.keys.data(&key)];
+        Ok(self
+            .fenced_guest_write_with(&[], &deletes, false)
+            .await?
+            .map(|w| w.deleted > 0))
+    }
+
     /// `writes` (full keys of the job's data) as one fenced write of the step's term (and, for a
     /// task, its claim), counted against the job's quota; the outcome as the guest sees it.
     async fn fenced_guest_write(
         &mut self,
         writes: &[(String, &[u8])],
+        create: bool,
+    ) -> wasmtime::Result<Result<fence::Written, store::WriteError>> {
+        self.fenced_guest_write_with(writes, &[], create).await
+    }
+
+    /// [`HostState::fenced_guest_write`], deleting `deletes` (full keys of the job's data) in
+    /// the same write.
+    async fn fenced_guest_write_with(
+        &mut self,
+        writes: &[(String, &[u8])],
+        deletes: &[String],
         create: bool,
     ) -> wasmtime::Result<Result<fence::Written, store::WriteError>> {
         let quota = self.quota;
@@ -268,7 +296,7 @@ impl HostState {
             create,
             quota: Some(quota),
             claim: claim.as_ref(),
-            ..fence::TermWrite::new(writes, &[])
+            ..fence::TermWrite::new(writes, deletes)
         };
         let res = fence::term_write(&mut ctx.conn, &ctx.keys, &ctx.term, write).await;
         if res.is_ok() {
@@ -536,6 +564,10 @@ impl store::Host for HostState {
         key: String,
     ) -> wasmtime::Result<Result<Option<Vec<u8>>, store::ReadError>> {
         self.store_read(key).await
+    }
+
+    async fn delete(&mut self, key: String) -> wasmtime::Result<Result<bool, store::WriteError>> {
+        self.store_delete(key).await
     }
 
     async fn write_many(

@@ -19,7 +19,7 @@ const WASI_PACKAGES: [&str; 7] = [
     "http",
 ];
 /// The versions of the job world the host loads.
-pub(super) const JOB_WORLDS: [&str; 3] = ["0.4.0", "0.3.0", "0.2.0"];
+pub(super) const JOB_WORLDS: [&str; 4] = ["0.4.1", "0.4.0", "0.3.0", "0.2.0"];
 
 /// A component's declarations.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -119,11 +119,9 @@ impl Shape {
             .collect();
         if !foreign.is_empty() {
             return Some(format!(
-                "imports {}, which the host does not offer (it offers WASI 0.2 and leasehold:job@{}, @{} or @{})",
+                "imports {}, which the host does not offer (it offers WASI 0.2 and leasehold:job@{})",
                 foreign.join(", "),
-                JOB_WORLDS[0],
-                JOB_WORLDS[1],
-                JOB_WORLDS[2]
+                JOB_WORLDS.join(", @")
             ));
         }
         for (what, n, max, flag) in [
@@ -227,7 +225,7 @@ mod tests {
         };
         assert_eq!(
             shape.refusal(counts(64)).unwrap(),
-            "does not implement the leasehold:job/job@0.4.0 world: it does not export describe or run-step (its exports: greet)"
+            "does not implement the leasehold:job/job@0.4.1 world: it does not export describe or run-step (its exports: greet)"
         );
     }
 }

@@ -32,8 +32,8 @@ pub struct LoadedJob {
 }
 
 impl LoadedJob {
-    /// The version of the `leasehold:job` world the component is built to (`0.4.0`, `0.4.0
-    /// (fan-out-job)`, or an earlier one still loaded: `0.3.0`, `0.2.0`).
+    /// The version of the `leasehold:job` world the component is built to (`0.4.1`, `0.4.1
+    /// (fan-out-job)`, or an earlier one still loaded: `0.4.0`, `0.3.0`, `0.2.0`).
     pub fn world(&self) -> &'static str {
         self.pre.version()
     }

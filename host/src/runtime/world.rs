@@ -1,9 +1,13 @@
 //! The world versions a component may be built to, and one type over them ([`WorldPre`]).
 //!
-//! * **0.4.0** (`wit/job.wit`, the current version, [`super::bindings`]): two worlds, `job`
-//!   (`describe`, `run-step`; imports `leadership`, `store` with `write-many`, `log`) and
-//!   `fan-out-job` (`job` plus the `tasks` import and the `run-task` export). The bindings are
-//!   generated for `fan-out-job`; those of `job` ([`job_world`]) share its interfaces.
+//! * **0.4.1** (`wit/job.wit`, the current version, [`super::bindings`]): two worlds, `job`
+//!   (`describe`, `run-step`; imports `leadership`, `store` with `write-many` and `delete`,
+//!   `log`) and `fan-out-job` (`job` plus the `tasks` import and the `run-task` export). The
+//!   bindings are generated for `fan-out-job`; those of `job` ([`job_world`]) share its
+//!   interfaces.
+//! * **0.4.0** (`wit/v0.4.0/job.wit`): 0.4.1 without `store.delete`. Its components are served
+//!   by the 0.4.1 bindings as they are: the component model links an import of `…@0.4.0` to
+//!   the host's semver-compatible `…@0.4.1`, whose interfaces only add a function.
 //! * **0.3.0** (`wit/v0.3.0/job.wit`, [`v0_3`]): the world before batched writes and fan-out.
 //! * **0.2.0** (`wit/v0.2.0/job.wit`, [`v0_2`]): the world before storage quotas. It has no
 //!   `quota-exceeded` write error, so a 0.2.0 component's write beyond its quota stops the step
@@ -23,7 +27,7 @@ use super::bindings::{self, leasehold::job::types};
 use super::error::StepError;
 use crate::term::Term;
 
-/// Bindings of the 0.4.0 `job` world (no fan-out), sharing [`super::bindings`]' interfaces.
+/// Bindings of the 0.4.1 `job` world (no fan-out), sharing [`super::bindings`]' interfaces.
 #[allow(missing_docs, unreachable_pub)] // generated from wit/job.wit
 pub(super) mod job_world {
     wasmtime::component::bindgen!({
@@ -138,13 +142,17 @@ pub(super) enum Returned {
     Task(Vec<u8>),
 }
 
+/// Whether a component served by the 0.4.1 bindings was built to 0.4.0 (for what `check` and
+/// the status say it is built to).
+pub(super) type Built040 = bool;
+
 /// A pre-instantiated component of any world.
 #[derive(Clone)]
 pub(super) enum WorldPre {
-    /// Built to 0.4.0 `fan-out-job`.
-    FanOut(bindings::FanOutJobPre<HostState>),
-    /// Built to 0.4.0 `job`.
-    Current(job_world::JobPre<HostState>),
+    /// Built to 0.4.1 `fan-out-job` (to 0.4.0 when the flag says so).
+    FanOut(bindings::FanOutJobPre<HostState>, Built040),
+    /// Built to 0.4.1 `job` (to 0.4.0 when the flag says so).
+    Current(job_world::JobPre<HostState>, Built040),
     /// Built to world 0.3.0.
     V0_3(v0_3::JobPre<HostState>),
     /// Built to world 0.2.0.
@@ -175,21 +183,25 @@ impl WorldPre {
                 .map(WorldPre::V0_3)
                 .map_err(world("leasehold:job/job@0.3.0"))
         } else if fan_out {
+            let old = imports_version("@0.4.0");
             bindings::FanOutJobPre::new(pre)
-                .map(WorldPre::FanOut)
-                .map_err(world("leasehold:job/fan-out-job@0.4.0"))
+                .map(|p| WorldPre::FanOut(p, old))
+                .map_err(world("leasehold:job/fan-out-job@0.4.1"))
         } else {
+            let old = imports_version("@0.4.0");
             job_world::JobPre::new(pre)
-                .map(WorldPre::Current)
-                .map_err(world("leasehold:job/job@0.4.0"))
+                .map(|p| WorldPre::Current(p, old))
+                .map_err(world("leasehold:job/job@0.4.1"))
         }
     }
 
     /// The world the component is built to.
     pub(super) fn version(&self) -> &'static str {
         match self {
-            WorldPre::FanOut(_) => "0.4.0 (fan-out-job)",
-            WorldPre::Current(_) => "0.4.0",
+            WorldPre::FanOut(_, true) => "0.4.0 (fan-out-job)",
+            WorldPre::FanOut(_, false) => "0.4.1 (fan-out-job)",
+            WorldPre::Current(_, true) => "0.4.0",
+            WorldPre::Current(_, false) => "0.4.1",
             WorldPre::V0_3(_) => "0.3.0",
             WorldPre::V0_2(_) => "0.2.0",
         }
@@ -197,14 +209,14 @@ impl WorldPre {
 
     /// Whether the component exports `run-task` (it can fan out).
     pub(super) fn fans_out(&self) -> bool {
-        matches!(self, WorldPre::FanOut(_))
+        matches!(self, WorldPre::FanOut(..))
     }
 
     /// Instantiates without calling anything (what every step pays first).
     pub(super) async fn instantiate(&self, store: &mut Store<HostState>) -> wasmtime::Result<()> {
         match self {
-            WorldPre::FanOut(p) => p.instantiate_async(store).await.map(drop),
-            WorldPre::Current(p) => p.instantiate_async(store).await.map(drop),
+            WorldPre::FanOut(p, _) => p.instantiate_async(store).await.map(drop),
+            WorldPre::Current(p, _) => p.instantiate_async(store).await.map(drop),
             WorldPre::V0_3(p) => p.instantiate_async(store).await.map(drop),
             WorldPre::V0_2(p) => p.instantiate_async(store).await.map(drop),
         }
@@ -216,13 +228,13 @@ impl WorldPre {
         store: &mut Store<HostState>,
     ) -> wasmtime::Result<types::JobSpec> {
         match self {
-            WorldPre::FanOut(p) => {
+            WorldPre::FanOut(p, _) => {
                 p.instantiate_async(&mut *store)
                     .await?
                     .call_describe(store)
                     .await
             }
-            WorldPre::Current(p) => {
+            WorldPre::Current(p, _) => {
                 p.instantiate_async(&mut *store)
                     .await?
                     .call_describe(store)
@@ -280,10 +292,10 @@ impl WorldPre {
             }};
         }
         match (self, call) {
-            (WorldPre::FanOut(p), Call::Step { run, step, state }) => {
+            (WorldPre::FanOut(p, _), Call::Step { run, step, state }) => {
                 run_step!(p, run, step, state, std::convert::identity)
             }
-            (WorldPre::Current(p), Call::Step { run, step, state }) => {
+            (WorldPre::Current(p, _), Call::Step { run, step, state }) => {
                 run_step!(p, run, step, state, std::convert::identity)
             }
             (WorldPre::V0_3(p), Call::Step { run, step, state }) => {
@@ -292,7 +304,7 @@ impl WorldPre {
             (WorldPre::V0_2(p), Call::Step { run, step, state }) => {
                 run_step!(p, &run_info!(old2, run), step, state, |o| outcome!(old2, o))
             }
-            (WorldPre::FanOut(p), Call::Task { run, task }) => {
+            (WorldPre::FanOut(p, _), Call::Task { run, task }) => {
                 let job = p.instantiate_async(&mut *store).await?;
                 let res = store.data_mut().table.push(term)?;
                 Ok(job
