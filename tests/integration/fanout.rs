@@ -42,7 +42,36 @@ impl FanOut {
 
     /// [`FanOut::start`], with `sidecar` as the job's `tasker.toml` when given.
     async fn start_with(name: &str, n: usize, config: Value, sidecar: Option<&str>) -> Self {
+        Self::start_on(RedisServer::start().await, name, n, config, sidecar).await
+    }
+
+    /// [`FanOut::start`] with the job paused: its run starts only once [`FanOut::resume`] is
+    /// called, when every host has loaded it (so every worker is there from the first task).
+    async fn start_paused(name: &str, n: usize, config: Value) -> Self {
         let redis = RedisServer::start().await;
+        let out = run_leasehold(&["pause", JOB, "--redis-url", &redis.url()]);
+        assert!(out.status.success(), "{out:?}");
+        let f = Self::start_on(redis, name, n, config, None).await;
+        for h in &f.hosts {
+            h.wait_for_log("\"loaded job\"", Duration::from_secs(60))
+                .await;
+        }
+        f
+    }
+
+    /// Resumes the job [`FanOut::start_paused`] paused.
+    fn resume(&self) {
+        let out = run_leasehold(&["resume", JOB, "--redis-url", &self.redis.url()]);
+        assert!(out.status.success(), "{out:?}");
+    }
+
+    async fn start_on(
+        redis: RedisServer,
+        name: &str,
+        n: usize,
+        config: Value,
+        sidecar: Option<&str>,
+    ) -> Self {
         let dir = TempDir::new(name);
         std::fs::create_dir_all(dir.join("jobs")).unwrap();
         std::fs::create_dir_all(dir.join("data/tasker")).unwrap();
@@ -166,12 +195,15 @@ impl FanOut {
 #[tokio::test]
 async fn tasks_run_on_every_replica_and_their_outputs_make_the_result() {
     deadline(Duration::from_secs(180), async {
-        let f = FanOut::start(
+        // Paused until every replica has loaded the job: a replica still compiling it when the
+        // run starts would leave every task to the others.
+        let f = FanOut::start_paused(
             "fanout",
             3,
             serde_json::json!({"tasks": 12, "spin_ms": 500}),
         )
         .await;
+        f.resume();
         let record = f.wait_final("done", Duration::from_secs(120)).await;
         assert_eq!(record["step"], 2, "{record}");
         f.assert_sum().await;
