@@ -93,20 +93,36 @@ static FENCED_WRITE: LazyLock<Script> = LazyLock::new(|| {
         r#"
 -- KEYS: lease, fence, open-runs index, requests, usage, run index, tasks stream, a run's task
 --       hash (the task's, for a task's write; the ending run's, for a run's end; else unused),
+--       the write's answer kept for a resend (with a write id; else unused),
 --       keys to set..., keys to delete...
 -- ARGV: owner, token, number of keys to set, create ('1': only if no key to set exists),
 --       number of index additions, of index removals, of request clearings,
 --       quota of keys and of bytes ('' and '': the keys to set are not counted),
 --       number of run-index additions, the task group, a task's claim (entry, consumer,
 --       deliveries, task id, run attempt; '' when the write is a step's), '1' when the write
---       ends a run (its tasks' entries are acknowledged and deleted),
+--       ends a run (its tasks' entries are acknowledged and deleted), the write's id ('': none),
 --       values... (one per key to set), periods to add to the index...,
 --       periods to remove from it..., (period, request id) pairs to clear..., periods to add
 --       to the run index...
-local K, A = 8, 17
+local K, A = 9, 18
 local refused, fence_token = term_check(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 if refused then
   return refused
+end
+-- A write with an id answers a resend of itself (a client that lost the reply and sent the
+-- call again) as it answered the first time, without applying it twice.
+local function applied(kind, a, b)
+  if ARGV[18] ~= '' then
+    redis.call('SET', KEYS[9], kind .. '|' .. a .. '|' .. b, 'PX', 60000)
+  end
+  return {1, kind, a, b}
+end
+if ARGV[18] ~= '' then
+  local prior = redis.call('GET', KEYS[9])
+  if prior then
+    local kind, a, b = string.match(prior, '^([^|]*)|([^|]*)|(.*)$')
+    return {1, kind, a, b}
+  end
 end
 -- A task's write also needs its run to be open (not ended, not run again), and the worker's
 -- claim on the task's current entry.
@@ -129,7 +145,7 @@ local sets = tonumber(ARGV[3])
 if ARGV[4] == '1' then
   for i = 1, sets do
     if redis.call('EXISTS', KEYS[K + i]) == 1 then
-      return {1, 'exists', '', ''}
+      return applied('exists', '', '')
     end
   end
 end
@@ -213,7 +229,7 @@ a = a + 2 * tonumber(ARGV[7])
 for i = 1, tonumber(ARGV[10]) do
   redis.call('ZADD', KEYS[6], 0, ARGV[a + i])
 end
-return {1, tostring(deleted), usage[1], usage[2]}
+return applied(tostring(deleted), usage[1], usage[2])
 "#
     ))
 });
@@ -350,6 +366,11 @@ pub struct TermWrite<'a> {
     pub quota: Option<Quota>,
     /// A task's write: applied only while the worker still holds this claim on the task.
     pub claim: Option<&'a crate::tasks::Claim>,
+    /// This write's id (fresh per call), for a write whose answer depends on what it finds
+    /// (`create`, `delete`): a resend of the same call (the Redis Cluster client sends a script
+    /// again after a dropped connection, whether or not it was applied) answers as the first
+    /// did for 60 s, instead of "exists" or "did not exist" for its own effect.
+    pub id: Option<&'a str>,
 }
 
 impl<'a> TermWrite<'a> {
@@ -362,6 +383,7 @@ impl<'a> TermWrite<'a> {
             book: Bookkeeping::default(),
             quota: None,
             claim: None,
+            id: None,
         }
     }
 
@@ -453,6 +475,10 @@ fn script_call(
             (None, Some(period)) => keys.task_runs(period),
             (None, None) => keys.tasks(),
         },
+        match write.id {
+            Some(id) => keys.applied(id),
+            None => keys.tasks(),
+        },
     ];
     let text = |v: &dyn ToString| v.to_string().into_bytes();
     let mut a: Vec<Vec<u8>> = vec![
@@ -485,6 +511,12 @@ fn script_call(
     } else {
         Vec::new()
     });
+    a.push(
+        write
+            .id
+            .map(|id| id.as_bytes().to_vec())
+            .unwrap_or_default(),
+    );
     for (key, value) in write.sets {
         k.push(key.clone());
         a.push(value.to_vec());

@@ -133,6 +133,12 @@ impl JobKeys {
         format!("{}corrupt:{period}", self.prefix)
     }
 
+    /// What the fenced write with id `id` answered, kept 60 s for a resend of the same call
+    /// (see [`crate::fence::TermWrite::id`]).
+    pub fn applied(&self, id: &str) -> String {
+        format!("{}applied:{id}", self.prefix)
+    }
+
     /// A request for `period` that its leader refused (not a period of the job's schedule,
     /// and no record): JSON like a run record, status `refused`, shown in the run history.
     pub fn refused(&self, period: &str) -> String {

@@ -352,3 +352,72 @@ async fn purge_frees_quota_that_hand_deletions_did_not() {
     })
     .await;
 }
+
+/// Issue 23, item 7 (suspected, confirmed by reading the client): the redis crate's cluster
+/// client sends a request again after a dropped connection (`RetryMethod::Reconnect`), whether
+/// or not Redis applied it; a resent `create` then finds its own key and answers "exists", a
+/// resent `delete` finds nothing. A guest's create and delete now carry a write id, and a
+/// resend of the same call answers as the first did. Shown by sending the same script call
+/// twice, as the client's resend does.
+#[tokio::test]
+async fn a_resent_create_or_delete_answers_as_the_first_call_did() {
+    deadline(Duration::from_secs(30), async {
+        let redis = RedisServer::start().await;
+        let mut c = redis.conn().await;
+        let k = JobKeys::new("resent");
+        let t = grant(&mut c, &k, "a:1").await;
+        let quota = Some(Quota {
+            keys: 100,
+            bytes: 1 << 20,
+        });
+        let sets = [(k.data("charge/1"), b"100".as_slice())];
+        let create = |id| TermWrite {
+            create: true,
+            quota,
+            id,
+            ..TermWrite::new(&sets, &[])
+        };
+        let first = fence::invoke(&mut c, &k, ("a:1", t), &create(Some("w1")))
+            .await
+            .unwrap();
+        assert!(first.created);
+        let resent = fence::invoke(&mut c, &k, ("a:1", t), &create(Some("w1")))
+            .await
+            .unwrap();
+        assert_eq!(resent, first, "a resend answers as the first call did");
+        // Without an id, the same resend says the key existed: the ambiguity that was reported.
+        let blind = fence::invoke(&mut c, &k, ("a:1", t), &create(None))
+            .await
+            .unwrap();
+        assert!(!blind.created);
+        // A new call (a new id) that finds the key is told so.
+        let again = fence::invoke(&mut c, &k, ("a:1", t), &create(Some("w2")))
+            .await
+            .unwrap();
+        assert!(!again.created);
+        // The same for a delete.
+        let deletes = [k.data("charge/1")];
+        let delete = |id| TermWrite {
+            quota,
+            id,
+            ..TermWrite::new(&[], &deletes)
+        };
+        let gone = fence::invoke(&mut c, &k, ("a:1", t), &delete(Some("w3")))
+            .await
+            .unwrap();
+        assert_eq!(gone.deleted, 1);
+        let resent = fence::invoke(&mut c, &k, ("a:1", t), &delete(Some("w3")))
+            .await
+            .unwrap();
+        assert_eq!(resent.deleted, 1);
+        assert_eq!(quota::usage(&mut c, &k).await.unwrap(), (0, 0));
+        // The kept answer expires within a minute.
+        let ttl: i64 = c.pttl(k.applied("w3")).await.unwrap();
+        assert!(ttl > 0 && ttl <= 60_000, "{ttl}");
+        // A resend after the term ended is refused like any write of it.
+        expire(&mut c, &k).await;
+        let late = fence::invoke(&mut c, &k, ("a:1", t), &create(Some("w1"))).await;
+        assert!(matches!(late, Err(FenceError::Refused(_))), "{late:?}");
+    })
+    .await;
+}

@@ -101,22 +101,38 @@ pub fn target(url: &str) -> Result<Target, String> {
         None => (String::new(), rest),
     };
     let hosts = hosts.split(['/', '?']).next().unwrap_or("");
-    let seeds: Vec<String> = hosts
-        .split(',')
-        .filter(|h| !h.is_empty())
-        .map(|h| format!("{node_scheme}://{userinfo}{h}"))
-        .collect();
-    if seeds.is_empty() {
-        return Err(format!(
+    let prefix = format!("{node_scheme}://{userinfo}");
+    let seeds = node_urls(url, hosts, &prefix, "seed node", || {
+        format!(
             "{} names no seed node: write redis+cluster://host:port,host:port",
             redact(url)
-        ));
-    }
-    for s in &seeds {
-        redis::Client::open(s.as_str())
-            .map_err(|e| format!("seed node {} of {}: {e}", redact(s), redact(url)))?;
-    }
+        )
+    })?;
     Ok(Target::Cluster(seeds))
+}
+
+/// `prefix` + each of the comma-separated `hosts`, each checked as a URL (an error names it as
+/// `what` of `url`); `none` is the error when there is none.
+fn node_urls(
+    url: &str,
+    hosts: &str,
+    prefix: &str,
+    what: &str,
+    none: impl FnOnce() -> String,
+) -> Result<Vec<String>, String> {
+    let urls: Vec<String> = hosts
+        .split(',')
+        .filter(|h| !h.is_empty())
+        .map(|h| format!("{prefix}{h}"))
+        .collect();
+    if urls.is_empty() {
+        return Err(none());
+    }
+    for u in &urls {
+        redis::Client::open(u.as_str())
+            .map_err(|e| format!("{what} {} of {}: {e}", redact(u), redact(url)))?;
+    }
+    Ok(urls)
 }
 
 /// Reads `redis+sentinel://[user:password@]host:port,…/service`.
@@ -133,21 +149,12 @@ fn sentinel_target(url: &str, scheme: &str, rest: &str) -> Result<Target, String
             redact(url)
         ));
     }
-    let sentinels: Vec<String> = hosts
-        .split(',')
-        .filter(|h| !h.is_empty())
-        .map(|h| format!("redis://{h}"))
-        .collect();
-    if sentinels.is_empty() {
-        return Err(format!(
+    let sentinels = node_urls(url, hosts, "redis://", "sentinel", || {
+        format!(
             "{} names no sentinel: write {scheme}://host:port,host:port/service",
             redact(url)
-        ));
-    }
-    for s in &sentinels {
-        redis::Client::open(s.as_str())
-            .map_err(|e| format!("sentinel {s} of {}: {e}", redact(url)))?;
-    }
+        )
+    })?;
     let (username, password) = match userinfo.map(|u| u.split_once(':')) {
         None => (None, None),
         Some(None) => (userinfo.map(str::to_string), None),

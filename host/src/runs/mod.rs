@@ -185,9 +185,19 @@ pub struct RunRecord {
 impl RunRecord {
     /// A new record for `period`, `status` now.
     pub fn new(period: &crate::spec::Period, status: RunStatus, now: &str) -> Self {
+        Self::blank(&period.id, period.fire.to_rfc3339(), status, now)
+    }
+
+    /// The entry of a refused request for `period` ([`RunStatus::Refused`]), made `now`.
+    pub fn refused(period: &str, now: &str) -> Self {
+        Self::blank(period, String::new(), RunStatus::Refused, now)
+    }
+
+    /// A record of `period` (fired at `scheduled_at`) with `status` and nothing done, at `now`.
+    fn blank(period: &str, scheduled_at: String, status: RunStatus, now: &str) -> Self {
         RunRecord {
-            period: period.id.clone(),
-            scheduled_at: period.fire.to_rfc3339(),
+            period: period.to_string(),
+            scheduled_at,
             status,
             step: 0,
             attempt: 1,
@@ -197,31 +207,6 @@ impl RunRecord {
             started_at: now.to_string(),
             updated_at: now.to_string(),
             finished_at: status.is_final().then(|| now.to_string()),
-            error: None,
-            failure: None,
-            retry_at: None,
-            attempts: Vec::new(),
-            awaiting_tasks: false,
-            earlier_schedule: None,
-        }
-    }
-}
-
-impl RunRecord {
-    /// The entry of a refused request for `period` ([`RunStatus::Refused`]), made `now`.
-    pub fn refused(period: &str, now: &str) -> Self {
-        RunRecord {
-            period: period.to_string(),
-            scheduled_at: String::new(),
-            status: RunStatus::Refused,
-            step: 0,
-            attempt: 0,
-            token: 0,
-            node: String::new(),
-            component: String::new(),
-            started_at: now.to_string(),
-            updated_at: now.to_string(),
-            finished_at: Some(now.to_string()),
             error: None,
             failure: None,
             retry_at: None,
@@ -361,24 +346,13 @@ pub async fn unindexed(
 /// The history's entry for an unreadable record of `period` at `key`.
 fn corrupt_entry(period: &str, key: &str, size: usize, why: &str) -> RunRecord {
     RunRecord {
-        period: period.to_string(),
-        scheduled_at: String::new(),
-        status: RunStatus::Corrupt,
-        step: 0,
         attempt: 0,
-        token: 0,
-        node: String::new(),
-        component: String::new(),
         started_at: String::new(),
         updated_at: String::new(),
         finished_at: None,
         error: Some(format!(
             "the run record is not valid ({size} bytes at {key}): {why}"
         )),
-        failure: None,
-        retry_at: None,
-        attempts: Vec::new(),
-        awaiting_tasks: false,
-        earlier_schedule: None,
+        ..RunRecord::blank(period, String::new(), RunStatus::Corrupt, "")
     }
 }

@@ -292,10 +292,14 @@ impl HostState {
             Work::Task(c) => Some(c.clone()),
             Work::Step(_) => None,
         };
+        // A create's or a delete's answer depends on what it finds: an id lets a resent call
+        // answer as the first one did.
+        let id = (create || !deletes.is_empty()).then(|| uuid::Uuid::new_v4().simple().to_string());
         let write = fence::TermWrite {
             create,
             quota: Some(quota),
             claim: claim.as_ref(),
+            id: id.as_deref(),
             ..fence::TermWrite::new(writes, deletes)
         };
         let res = fence::term_write(&mut ctx.conn, &ctx.keys, &ctx.term, write).await;
