@@ -31,6 +31,7 @@
 pub(crate) mod balance;
 pub mod campaigns;
 mod catalog;
+pub mod checks;
 pub mod config;
 pub(crate) mod deployment;
 pub mod elector;

@@ -12,10 +12,10 @@
 //! **Who writes what**, each in one script:
 //!
 //! * [`submit`] — a step's term: checked like every term write (stale token, other holder, not
-//!   the leaseholder: [`crate::fence::TERM_CHECK`]); ids already submitted are left alone, so a
+//!   the leaseholder: [`crate::checks::TERM_CHECK`]); ids already submitted are left alone, so a
 //!   re-executed step submits nothing twice.
 //! * [`complete`] — a worker, *as the term that submitted the task* and only while it holds its
-//!   claim on the entry ([`crate::fence::CLAIM_CHECK`]: pending for this consumer, delivered as
+//!   claim on the entry ([`crate::checks::CLAIM_CHECK`]: pending for this consumer, delivered as
 //!   many times as when claimed) and the entry is still the task's current one. So a result of
 //!   an older term (a newer one leads), of a zombie worker (another took the task over), or of a
 //!   task already finished, is refused and never seen. An output is accepted once per task id.
@@ -28,7 +28,7 @@
 //!   `failed`) acknowledges and deletes every queued entry of the run
 //!   ([`crate::fence::Bookkeeping::end_tasks`]) and deletes its task records and data, in the
 //!   same fenced write. Every task script then checks the task's record first
-//!   ([`crate::fence::RUN_ENDED`]): gone, or of another attempt of the run (a re-run submits its
+//!   ([`crate::checks::RUN_ENDED`]): gone, or of another attempt of the run (a re-run submits its
 //!   tasks anew, each entry naming its run attempt), and a task's `store` write, its result and
 //!   its claim refresh are refused as "the task's run has ended", so a worker stops the task and
 //!   says why.
@@ -45,7 +45,7 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::{Script, Value};
 
-use crate::fence::{CLAIM_CHECK, FenceError, RUN_ENDED, TERM_CHECK, refusal};
+use crate::checks::{CLAIM_CHECK, FenceError, RUN_ENDED, TERM_CHECK, refusal};
 use crate::keys::JobKeys;
 
 /// The consumer group of every job's task stream.
@@ -165,7 +165,7 @@ pub enum Completed {
     Failed,
     /// Refused: the submitting term no longer leads, the claim or entry is not this worker's
     /// any more, or the task's run has ended. Nothing was written.
-    Refused(crate::fence::Refusal),
+    Refused(crate::checks::Refusal),
 }
 
 static SUBMIT: LazyLock<Script> = LazyLock::new(|| {

@@ -273,7 +273,7 @@ impl Conn {
                 anyhow::anyhow!(
                     "cannot reach redis at {}: no answer within {}",
                     redact(url),
-                    crate::config::show(timeout * 4)
+                    crate::units::show(timeout * 4)
                 )
             })?
             .with_context(|| format!("cannot reach redis at {}", redact(url)))
