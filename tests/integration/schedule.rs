@@ -726,7 +726,12 @@ async fn future_periods_and_non_periods_are_refused_where_the_operator_looks() {
         std::fs::copy(guests().wasm("stepper"), jobs.join("stepper.wasm")).unwrap();
         let next: i32 = Utc::now().format("%Y").to_string().parse().unwrap();
         let future = format!("{}-01-01", next + 1);
-        // No leader yet: nothing to check against, so both are written (with a note).
+        // No leader yet: no current period to default to, so --period is required.
+        let out = run_leasehold(&["trigger", "stepper", "--redis-url", &url]);
+        assert!(!out.status.success(), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("give --period"), "{err}");
+        // Nor anything to check a period against, so both are written (with a note).
         for period in ["2020-03-03", future.as_str()] {
             let out = run_leasehold(&[
                 "trigger",
@@ -831,6 +836,11 @@ async fn future_periods_and_non_periods_are_refused_where_the_operator_looks() {
             err.contains("in the future") && err.contains(&future),
             "{err}"
         );
+        // And without --period, the current one (this year's, run already or running).
+        let out = run_leasehold(&["trigger", "stepper", "--redis-url", &url]);
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{out:?}");
+        assert!(said.contains(&format!("period {next}-01-01")), "{said}");
         let body = serde_json::json!({ "period": future }).to_string();
         let (code, answer) = http(&addr, "POST", "/v1/jobs/stepper/runs", Some(&body)).await;
         assert_eq!(code, 400, "{answer}");

@@ -310,7 +310,8 @@ pub(crate) struct PurgeArgs {
 pub(crate) struct TriggerArgs {
     /// The job's name.
     pub job: String,
-    /// The period to run (e.g. 2026-11-27 for a daily job) [default: the current period].
+    /// The period to run (e.g. 2026-11-27 for a daily job) [default: the current period of the
+    /// schedule the job's leader published; without one, --period is required].
     #[arg(long)]
     pub period: Option<String>,
     /// Redis URL.

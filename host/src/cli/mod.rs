@@ -236,15 +236,32 @@ async fn connect_cli(url: &str) -> anyhow::Result<redis_conn::Conn> {
 
 async fn trigger(args: TriggerArgs) -> anyhow::Result<()> {
     validate_job_name(&args.job)?;
-    let Some(period) = args.period else {
-        anyhow::bail!(
-            "--period is required (e.g. --period 2026-11-27); POST /v1/jobs/{}/runs without a period asks for the current one",
-            args.job
-        );
-    };
-    runs::validate_period_shape(&period)?;
     let mut conn = connect_cli(&args.redis_url).await?;
     let keys = JobKeys::new(&args.job);
+    // Without --period: the current period of the schedule the job's leader published.
+    let period = match args.period {
+        Some(p) => p,
+        None => match runs::published_schedule(&mut conn, &keys).await? {
+            Some(schedule) => {
+                schedule
+                    .current(chrono::Utc::now())
+                    .ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "{}'s schedule {:?} ({}) has no current period yet: give --period",
+                            args.job,
+                            schedule.expr(),
+                            schedule.tz()
+                        )
+                    })?
+                    .id
+            }
+            None => anyhow::bail!(
+                "no leader has published {}'s schedule yet (none has led it), so there is no current period to default to: give --period (e.g. --period 2026-11-27)",
+                args.job
+            ),
+        },
+    };
+    runs::validate_period_shape(&period)?;
     match runs::check_published_schedule(&mut conn, &keys, &period).await? {
         runs::ScheduleCheck::Unknown => eprintln!(
             "note: no schedule of {} published by a leader could be read (none has led it yet), so {period} is not checked against it",

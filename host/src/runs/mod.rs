@@ -24,8 +24,8 @@ mod state;
 use redis::aio::ConnectionLike;
 
 pub use requests::{
-    Request, ScheduleCheck, Seen, Triggered, check_published_schedule, request, trigger,
-    validate_period_shape,
+    Request, ScheduleCheck, Seen, Triggered, check_published_schedule, published_schedule, request,
+    trigger, validate_period_shape,
 };
 use serde::{Deserialize, Serialize};
 pub use state::{JobState, STATE_CMDS, set_paused, state, state_cmds, state_from};

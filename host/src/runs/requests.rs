@@ -200,6 +200,27 @@ pub enum ScheduleCheck {
     EarlierSchedule,
 }
 
+/// The schedule the job's leader published (`lh:{job}:schedule`), if one did (and it reads).
+pub async fn published_schedule<C: ConnectionLike + Send + Sync>(
+    conn: &mut C,
+    keys: &JobKeys,
+) -> anyhow::Result<Option<crate::spec::Schedule>> {
+    let raw: Option<String> = conn.get(keys.schedule()).await?;
+    let Some(published) = raw
+        .as_deref()
+        .and_then(|r| serde_json::from_str::<serde_json::Value>(r).ok())
+    else {
+        return Ok(None);
+    };
+    let (Some(expr), Some(tz)) = (
+        published["schedule"].as_str(),
+        published["time_zone"].as_str(),
+    ) else {
+        return Ok(None);
+    };
+    Ok(crate::spec::Schedule::parse(expr, tz).ok())
+}
+
 /// Checks `period` against the schedule the job's leader published (`lh:{job}:schedule`):
 /// an error names the schedule when the period is not one of it and has no run record (a
 /// period with a record is one of an earlier schedule: [`ScheduleCheck::EarlierSchedule`]).
@@ -208,22 +229,10 @@ pub async fn check_published_schedule<C: ConnectionLike + Send + Sync>(
     keys: &JobKeys,
     period: &str,
 ) -> anyhow::Result<ScheduleCheck> {
-    let raw: Option<String> = conn.get(keys.schedule()).await?;
-    let Some(published) = raw
-        .as_deref()
-        .and_then(|r| serde_json::from_str::<serde_json::Value>(r).ok())
-    else {
+    let Some(schedule) = published_schedule(conn, keys).await? else {
         return Ok(ScheduleCheck::Unknown);
     };
-    let (Some(expr), Some(tz)) = (
-        published["schedule"].as_str(),
-        published["time_zone"].as_str(),
-    ) else {
-        return Ok(ScheduleCheck::Unknown);
-    };
-    let Ok(schedule) = crate::spec::Schedule::parse(expr, tz) else {
-        return Ok(ScheduleCheck::Unknown);
-    };
+    let (expr, tz) = (schedule.expr(), schedule.tz());
     if let Some(p) = schedule.period_by_id(period) {
         anyhow::ensure!(
             p.fire.with_timezone(&chrono::Utc) <= chrono::Utc::now(),
