@@ -342,11 +342,19 @@ impl Conn {
             Inner::Cluster(cluster) => {
                 let mut out = Vec::new();
                 for addr in cluster.primaries() {
-                    let v = cluster
-                        .conn
-                        .route_command(cmd.clone(), RoutingInfo::SingleNode(by_address(&addr)?))
-                        .await?;
-                    out.push((addr, v));
+                    // On the host's own connection to each primary: a primary that does not
+                    // answer (a failover under way) fails this call alone, instead of making
+                    // the cluster client rebuild every connection (the periodic settings check
+                    // would do that every ten heartbeats until the slot map moved on).
+                    let answer = async { cluster.node(&addr).await?.req_packed_command(cmd).await };
+                    match answer.await {
+                        Ok(v) => out.push((addr, v)),
+                        Err(e) => {
+                            cluster.nodes.lock().await.remove(&addr);
+                            let _ = cluster.refresh_slots().await;
+                            return Err(e);
+                        }
+                    }
                 }
                 Ok(out)
             }
