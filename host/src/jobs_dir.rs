@@ -16,10 +16,12 @@
 //!   the code cache, described) once per fingerprint; the result, a job or a refusal naming the
 //!   file and the reason, is logged once.
 //! * **Loading in the background.** A load runs as a task of its own, at most
-//!   [`LOADS_AT_ONCE`] at a time, so a scan never waits for a compile (a large component takes
-//!   seconds): the node serves HTTP and runs the jobs it has meanwhile, a scan lists the files
-//!   still compiling ([`Scan::compiling`]), and a finished load wakes the node
-//!   ([`JobsDir::loaded`]) to scan again and start the job.
+//!   [`LOADS_AT_ONCE`] at a time and smallest component first, so a scan never waits for a
+//!   compile (a large component takes seconds): the node serves HTTP and runs the jobs it has
+//!   meanwhile, a scan lists the files still compiling or waiting to ([`Scan::compiling`]), and
+//!   a finished load wakes the node ([`JobsDir::loaded`]) to scan again and start the job. Each
+//!   compile has a thread pool of its own ([`crate::runtime`]), so a small component compiling
+//!   beside a large one shares the cores instead of queueing behind the large one's functions.
 //! * **Replacing keeps serving.** While a replacement settles, or when it is refused, the
 //!   version already served from that file keeps running (the refusal says so).
 //! * **One file per job name.** When two files describe the same job, the one already serving
@@ -115,7 +117,7 @@ pub(crate) struct Scan {
     pub refused: Vec<Refusal>,
     /// Some file has not settled yet: scan again soon.
     pub settling: bool,
-    /// Files being loaded (compiled) now, in name order.
+    /// Files being loaded (compiled) now or waiting to be, in name order.
     pub compiling: Vec<PathBuf>,
 }
 
@@ -175,7 +177,11 @@ impl JobsDir {
             keep
         });
         let mut scan = Scan::default();
-        for (path, fp) in &listed {
+        // Loads start smallest component first, so small jobs are served while a large one
+        // still compiles; the permit is taken here, in that order, not by the spawned task.
+        let mut by_size: Vec<&(PathBuf, Fingerprint)> = listed.iter().collect();
+        by_size.sort_by_key(|(path, fp)| (fp.component.len, path.clone()));
+        for (path, fp) in by_size {
             let fresh = || FileState {
                 fingerprint: *fp,
                 first_seen: now,
@@ -207,10 +213,15 @@ impl JobsDir {
                     scan.settling = true;
                     continue;
                 }
+                let Ok(permit) = self.loads.clone().try_acquire_owned() else {
+                    // Waiting for a load to finish; that load's end wakes a scan.
+                    scan.compiling.push(path.clone());
+                    continue;
+                };
                 let (runtime, file) = (runtime.clone(), path.clone());
-                let (loads, loaded) = (self.loads.clone(), self.loaded.clone());
+                let loaded = self.loaded.clone();
                 state.loading = Some(tokio::spawn(async move {
-                    let _permit = loads.acquire_owned().await;
+                    let _permit = permit;
                     let result = runtime.load(&file).await;
                     loaded.notify_one();
                     result
@@ -243,6 +254,7 @@ impl JobsDir {
                 }
             });
         }
+        scan.compiling.sort();
 
         // Claims: job name → files offering it, in name order (`listed` is sorted).
         let mut claims: BTreeMap<String, Vec<(PathBuf, Arc<LoadedJob>)>> = BTreeMap::new();

@@ -85,7 +85,7 @@ impl CodeCache {
                 }
             }
         }
-        let component = Component::new(engine, bytes)?;
+        let component = compile(engine, bytes)?;
         if let Err(e) = self.store(&entry, &component) {
             warn!(entry = %entry.display(), "cannot write the compiled-code cache: {e}");
         }
@@ -98,5 +98,23 @@ impl CodeCache {
         std::fs::write(&tmp, code)?;
         std::fs::rename(&tmp, entry)?;
         Ok(())
+    }
+}
+
+/// Compiles `bytes` on a thread pool of its own, as wide as the machine. Wasmtime compiles a
+/// component's functions in parallel on the current rayon pool; on the one global pool a small
+/// component's functions would wait until every function of a large one compiling beside it
+/// has been taken, so a ticker would load only after a Python job. With a pool per compile the
+/// operating system shares the cores between them. Blocking: call it off the runtime.
+pub(crate) fn compile(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Component> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    match rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("compile-{i}"))
+        .build()
+    {
+        Ok(pool) => pool.install(|| Component::new(engine, bytes)),
+        // No threads to be had: compile on the global pool rather than not at all.
+        Err(_) => Component::new(engine, bytes),
     }
 }

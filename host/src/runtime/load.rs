@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use wasmtime::component::Component;
 
 use super::bindings::leasehold::job::types;
 use super::cache::Compiled;
@@ -163,7 +162,7 @@ impl Runtime {
                 let key = content.clone();
                 let (c, compiled) = tokio::task::spawn_blocking(move || match cache {
                     Some(cache) => cache.load_or_compile(&engine, &key, &bytes),
-                    None => Component::new(&engine, &bytes).map(|c| (c, Compiled::Fresh)),
+                    None => super::cache::compile(&engine, &bytes).map(|c| (c, Compiled::Fresh)),
                 })
                 .await
                 .map_err(|e| fail(format!("compiler task failed: {e}")))?
