@@ -24,6 +24,7 @@ pub struct RedisCluster {
     /// Every node, primaries first (in `redis-cli --cluster create` order, replicas after).
     pub nodes: Vec<RedisServer>,
     primaries: usize,
+    replicas: usize,
 }
 
 /// One primary as `CLUSTER SLOTS` names it.
@@ -62,15 +63,22 @@ impl RedisCluster {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        let cluster = RedisCluster { nodes, primaries };
+        let cluster = RedisCluster {
+            nodes,
+            primaries,
+            replicas,
+        };
         cluster.wait_ready().await;
         cluster
     }
 
     /// Waits until every node reports the cluster ok, knows every node, and agrees on the
-    /// owners of the slots, and every replica has synced with its primary.
+    /// owners of the slots, and every replica has synced with its primary: each primary counts
+    /// its replicas online (a node told to replicate only after the others agree is still a
+    /// primary without slots for a moment, so "no replica out of sync" alone passes too early).
     pub async fn wait_ready(&self) {
         let want = self.nodes.len();
+        let online = format!("connected_slaves:{}", self.replicas);
         poll_until(
             "the cluster to agree on its slots",
             READY_WITHIN,
@@ -102,7 +110,17 @@ impl RedisCluster {
                     {
                         return None;
                     }
-                    maps.push(slots_of(&mut c).await?);
+                    let map = slots_of(&mut c).await?;
+                    let me = format!("127.0.0.1:{}", n.port);
+                    let owns_slots = map.iter().any(|p| p.addr == me);
+                    if owns_slots
+                        && self.replicas > 0
+                        && (!replication.contains(&online)
+                            || replicas_behind(&replication, 0).is_none())
+                    {
+                        return None;
+                    }
+                    maps.push(map);
                 }
                 maps.windows(2).all(|w| w[0] == w[1]).then_some(())
             },
@@ -133,8 +151,13 @@ impl RedisCluster {
 
     /// Kills primary `i` (SIGKILL) and waits until node `witness` sees `slot` owned by another
     /// node (its replica, promoted by the cluster); returns that node's index.
+    ///
+    /// Before the kill it waits until the replicas have acknowledged everything primary `i` had
+    /// written ([`RedisCluster::wait_replicated`]): the promoted replica then has at least what
+    /// was written before this call (later writes may be lost, as replication is asynchronous).
     pub async fn fail_over(&mut self, i: usize, slot: u16, witness: usize) -> usize {
         let dead = format!("127.0.0.1:{}", self.nodes[i].port);
+        self.wait_replicated(i).await;
         self.nodes[i].kill();
         let me = &*self;
         let dead = dead.as_str();
@@ -154,6 +177,35 @@ impl RedisCluster {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
         self.index_of(&addr)
+    }
+
+    /// Waits until every replica of primary `i` has acknowledged the primary's replication
+    /// offset as it is now. Replicas acknowledge about once a second, so this takes up to that.
+    pub async fn wait_replicated(&self, i: usize) {
+        let info = |c: ::redis::aio::MultiplexedConnection| async move {
+            let mut c = c;
+            ::redis::cmd("INFO")
+                .arg("replication")
+                .query_async::<String>(&mut c)
+                .await
+                .ok()
+        };
+        let now = info(self.nodes[i].conn().await)
+            .await
+            .and_then(|r| field(&r, "master_repl_offset")?.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("node {i} reports no replication offset"));
+        let node = &self.nodes[i];
+        poll_until(
+            "the replicas to acknowledge the primary's writes",
+            READY_WITHIN,
+            Duration::from_millis(50),
+            || async move {
+                let r = info(node.conn().await).await?;
+                (replicas_behind(&r, now)? == 0).then_some(())
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     }
 
     /// The node (index into [`RedisCluster::nodes`]) of the primary that owns `slot` now.
@@ -290,4 +342,35 @@ async fn slots_of(c: &mut ::redis::aio::MultiplexedConnection) -> Option<Vec<Pri
     }
     out.sort_by(|a, b| a.addr.cmp(&b.addr));
     Some(out)
+}
+
+/// A `name:value` line of an `INFO` reply.
+fn field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|l| l.trim_end().strip_prefix(name)?.strip_prefix(':'))
+}
+
+/// How many of the replicas listed in a primary's `INFO replication` (`slaveN:…,state=…,
+/// offset=…`) are not online or have acknowledged less than `offset`; `None` when it lists no
+/// replica at all.
+fn replicas_behind(info: &str, offset: u64) -> Option<usize> {
+    let replicas: Vec<&str> = info
+        .lines()
+        .filter(|l| l.starts_with("slave") && l.contains("ip="))
+        .collect();
+    if replicas.is_empty() {
+        return None;
+    }
+    Some(
+        replicas
+            .iter()
+            .filter(|l| {
+                let acked = l
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix("offset="))
+                    .and_then(|v| v.trim().parse::<u64>().ok());
+                !l.contains("state=online") || acked.is_none_or(|a| a < offset)
+            })
+            .count(),
+    )
 }
