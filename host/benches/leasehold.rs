@@ -18,10 +18,10 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use leasehold::keys::JobKeys;
-use leasehold::runtime::{RunInfo, Runtime, StepContext, StepOutcome};
-use leasehold::spec::HostLimits;
-use leasehold::term::Term;
+use leasehold::coord::term::Term;
+use leasehold::exec::runtime::{RunInfo, Runtime, StepContext, StepOutcome};
+use leasehold::exec::spec::HostLimits;
+use leasehold::store::keys::JobKeys;
 use leasehold_harness::guests::Profile;
 use leasehold_harness::{HostProcess, RedisServer, TempDir, fixtures, poll_until};
 use redis::AsyncCommands;
@@ -163,7 +163,7 @@ async fn wait<T, F: FnMut() -> Option<T>>(what: &str, limit: Duration, mut f: F)
 /// Three replicas of the `pulse` job (a run that never ends, one 5 ms step after another).
 struct Pulse {
     url: String,
-    conn: leasehold::redis_conn::Conn,
+    conn: leasehold::store::Conn,
     /// The Redis (a server or a cluster) the replicas use, kept alive.
     _store: Box<dyn std::any::Any>,
     dir: TempDir,
@@ -195,7 +195,7 @@ impl Pulse {
             &guests.join("benchjob.wasm"),
             &dir.join("jobs/benchjob.wasm"),
         );
-        let conn = leasehold::redis_conn::Conn::connect(
+        let conn = leasehold::store::Conn::connect(
             &url,
             Duration::from_secs(2),
             Some(Duration::from_secs(5)),
@@ -403,8 +403,8 @@ where
     C: redis::aio::ConnectionLike + Send + Sync,
 {
     let keys = JobKeys::new(job);
-    let leasehold::lease::Acquired::Granted { token } =
-        leasehold::lease::acquire(conn, &keys, "bench:1", Duration::from_secs(600))
+    let leasehold::coord::lease::Acquired::Granted { token } =
+        leasehold::coord::lease::acquire(conn, &keys, "bench:1", Duration::from_secs(600))
             .await
             .unwrap()
     else {
@@ -424,7 +424,7 @@ where
     let start = Instant::now();
     for _ in 0..n {
         let t = Instant::now();
-        leasehold::fence::write(
+        leasehold::coord::fence::unchecked::write(
             conn,
             &keys,
             "bench:1",
@@ -540,7 +540,7 @@ async fn benchjob(
 ) -> (
     RedisServer,
     Runtime,
-    leasehold::runtime::LoadedJob,
+    leasehold::exec::runtime::LoadedJob,
     StepContext,
 ) {
     let redis = RedisServer::start().await;
@@ -557,8 +557,8 @@ async fn benchjob(
 async fn step_context(redis: &RedisServer, job: &str) -> (StepContext, Term) {
     let mut c = redis.conn().await;
     let keys = JobKeys::new(job);
-    let leasehold::lease::Acquired::Granted { token } =
-        leasehold::lease::acquire(&mut c, &keys, "bench:1", Duration::from_secs(900))
+    let leasehold::coord::lease::Acquired::Granted { token } =
+        leasehold::coord::lease::acquire(&mut c, &keys, "bench:1", Duration::from_secs(900))
             .await
             .unwrap()
     else {
@@ -569,7 +569,7 @@ async fn step_context(redis: &RedisServer, job: &str) -> (StepContext, Term) {
         "bench:1".into(),
         Instant::now() + Duration::from_secs(600),
     );
-    let conn = leasehold::redis_conn::Conn::connect(
+    let conn = leasehold::store::Conn::connect(
         &redis.url(),
         Duration::from_secs(2),
         Some(Duration::from_secs(30)),
@@ -853,7 +853,7 @@ async fn cold(guests: &Path, rows: &mut Vec<Row>) {
 /// succeed (`ready`) or fail.
 async fn median_step(
     runtime: &Runtime,
-    job: &leasehold::runtime::LoadedJob,
+    job: &leasehold::exec::runtime::LoadedJob,
     ctx: &StepContext,
     data_dir: &Path,
     ready: bool,
@@ -929,7 +929,7 @@ async fn python(guests: &Path, rows: &mut Vec<Row>) {
         let t = Instant::now();
         let job = runtime.load(&wasm).await.expect("the Python job loads");
         cached.push(t.elapsed().as_secs_f64() * 1e3);
-        assert_eq!(job.compiled, leasehold::runtime::Compiled::Cached);
+        assert_eq!(job.compiled, leasehold::exec::runtime::Compiled::Cached);
     }
     let (_, cached_med, _) = summary(&mut cached);
     rows.push(row(
@@ -999,7 +999,7 @@ async fn python(guests: &Path, rows: &mut Vec<Row>) {
 #[tokio::main]
 async fn main() {
     let o = options();
-    leasehold::redis_conn::install_tls_provider();
+    leasehold::store::install_tls_provider();
     let want = |name: &str| o.only.as_deref().is_none_or(|only| only == name);
     let guests = guests();
     let mut rows = Vec::new();

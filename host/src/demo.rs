@@ -19,9 +19,9 @@ use leasehold_harness::{HostProcess, RedisConfig, RedisServer, TempDir, poll_unt
 use redis::AsyncCommands;
 use serde_json::Value;
 
-use leasehold::fence::{self, FenceError};
-use leasehold::keys::JobKeys;
-use leasehold::runs::{self, RunStatus};
+use leasehold::coord::fence::{self, FenceError};
+use leasehold::exec::runs::{self, RunStatus};
+use leasehold::store::keys::JobKeys;
 
 /// The day the demo reconciles.
 pub(crate) const DEMO_PERIOD: &str = "2026-11-27";
@@ -154,7 +154,7 @@ pub(crate) async fn run(opts: DemoOptions) -> anyhow::Result<()> {
             url
         }
     };
-    let mut conn = leasehold::redis_conn::Conn::connect(
+    let mut conn = leasehold::store::Conn::connect(
         &url,
         Duration::from_secs(2),
         Some(Duration::from_secs(10)),
@@ -164,11 +164,11 @@ pub(crate) async fn run(opts: DemoOptions) -> anyhow::Result<()> {
     if runs::read(&mut conn, &keys, DEMO_PERIOD).await?.is_some() {
         bail!(
             "{} already has a run of {JOB} for {DEMO_PERIOD}; give the demo an empty database",
-            leasehold::redis_conn::redact(&url)
+            leasehold::store::redact(&url)
         );
     }
     demo.say(&format!("Redis at {}. The day to reconcile: {DEMO_PERIOD}, a generated bank statement of {} lines against a ledger of {}.",
-        leasehold::redis_conn::redact(&url), generated.expected.bank_lines, generated.expected.ledger_lines));
+        leasehold::store::redact(&url), generated.expected.bank_lines, generated.expected.ledger_lines));
 
     let exe = std::env::current_exe().context("locating the leasehold binary")?;
     for node in NODES {
@@ -240,7 +240,7 @@ pub(crate) async fn run(opts: DemoOptions) -> anyhow::Result<()> {
 
     // The last line of defence: a zombie whose clock did not tell it (a clock jump, a pause
     // between its check and its write) reaches Redis with its old token.
-    let zombie_write = fence::write(
+    let zombie_write = fence::unchecked::write(
         &mut conn,
         &keys,
         &owner_a,
@@ -271,7 +271,7 @@ pub(crate) async fn run(opts: DemoOptions) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let done_node = leasehold::elector::owner_node(&done.node).to_string();
+    let done_node = leasehold::coord::elector::owner_node(&done.node).to_string();
     demo.say(&format!(
         "{done_node} finished the run: {} steps, run record `done` written with token {}.",
         done.step, done.token

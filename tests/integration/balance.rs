@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use leasehold::members::{MemberInfo, Members, preferred};
+use leasehold::coord::members::{MemberInfo, Members, preferred};
 use redis::AsyncCommands;
 
 use crate::harness::{

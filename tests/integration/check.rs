@@ -237,7 +237,8 @@ async fn the_fuzz_corpus_loads_or_is_refused_without_panicking() {
     deadline(Duration::from_secs(120), async {
         let corpus = crate::harness::repo_root().join("host/fuzz/corpus/load");
         let runtime =
-            leasehold::runtime::Runtime::new(leasehold::spec::HostLimits::default()).unwrap();
+            leasehold::exec::runtime::Runtime::new(leasehold::exec::spec::HostLimits::default())
+                .unwrap();
         let (mut loaded, mut refused) = (0, 0);
         for entry in std::fs::read_dir(&corpus).unwrap() {
             let path = entry.unwrap().path();

@@ -9,10 +9,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use leasehold::fence::{self, FenceError, Refusal, TermWrite};
-use leasehold::keys::JobKeys;
-use leasehold::lease::{self, Acquired, Campaign};
-use leasehold::redis_conn::{Conn, slot_of};
+use leasehold::coord::fence::{self, FenceError, Refusal, TermWrite};
+use leasehold::coord::lease::{self, Acquired, Campaign};
+use leasehold::store::keys::JobKeys;
+use leasehold::store::{Conn, slot_of};
 use leasehold_harness::RedisCluster;
 use leasehold_harness::fixtures::write_generated_day;
 use redis::AsyncCommands;
@@ -158,11 +158,12 @@ async fn leases_fences_and_batches_work_across_primaries() {
         // Fenced writes on every primary; a stale token and a released lease are refused.
         for (k, token) in jobs.iter().zip(&tokens) {
             let value = b"v".as_slice();
-            fence::write(&mut conn, k, "n1:a", *token, &[(k.data("x"), value)])
+            fence::unchecked::write(&mut conn, k, "n1:a", *token, &[(k.data("x"), value)])
                 .await
                 .unwrap();
             let stale =
-                fence::write(&mut conn, k, "n1:a", token - 1, &[(k.data("x"), value)]).await;
+                fence::unchecked::write(&mut conn, k, "n1:a", token - 1, &[(k.data("x"), value)])
+                    .await;
             assert!(matches!(
                 stale,
                 Err(FenceError::Refused(Refusal::Stale { .. }))
@@ -170,7 +171,7 @@ async fn leases_fences_and_batches_work_across_primaries() {
         }
         let k = &jobs[0];
         assert!(lease::release(&mut conn, k, "n1:a").await.unwrap());
-        let gone = fence::invoke(
+        let gone = fence::unchecked::invoke(
             &mut conn,
             k,
             ("n1:a", tokens[0]),

@@ -4,11 +4,11 @@
 
 use std::time::{Duration, Instant};
 
-use leasehold::keys::JobKeys;
-use leasehold::lease::{self, Acquired};
-use leasehold::runtime::{RunInfo, Runtime, StepContext, StepError, StepOutcome};
-use leasehold::spec::HostLimits;
-use leasehold::term::Term;
+use leasehold::coord::lease::{self, Acquired};
+use leasehold::coord::term::Term;
+use leasehold::exec::runtime::{RunInfo, Runtime, StepContext, StepError, StepOutcome};
+use leasehold::exec::spec::HostLimits;
+use leasehold::store::keys::JobKeys;
 use redis::AsyncCommands;
 
 use crate::harness::{RedisServer, TempDir, deadline, guests};
@@ -233,7 +233,7 @@ async fn a_guest_delete_is_fenced_and_frees_its_quota() {
         let left: Vec<String> = c.keys(keys.data("d/*")).await.unwrap();
         assert_eq!(left, vec![keys.data("d/1")]);
         // Three keys written, two deleted: the count is one key and its bytes.
-        let usage = leasehold::quota::usage(&mut c, &keys).await.unwrap();
+        let usage = leasehold::coord::quota::usage(&mut c, &keys).await.unwrap();
         assert_eq!(usage, (1, (keys.data("d/1").len() + 100) as u64));
         // Each delete was a fenced script call of the term (the history checker flags any
         // other deletion of a job's data).

@@ -2,13 +2,13 @@
 //! a higher token when the leader's lease expires.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::config::Timing;
-use leasehold::elector::{Elector, Notice, Role, listen_for_releases};
-use leasehold::keys::JobKeys;
-use leasehold::redis_conn::Conn;
+use leasehold::coord::elector::{Elector, Role};
+use leasehold::coord::notices::{Notice, listen_for_releases};
+use leasehold::node::config::Timing;
+use leasehold::store::Conn;
+use leasehold::store::keys::JobKeys;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -89,7 +89,7 @@ async fn a_resigning_leader_hands_over_without_waiting_for_the_ttl() {
             let stop = CancellationToken::new();
             let channels = HashMap::from([(keys.released_channel(), released.clone())]);
             tokio::spawn(listen_for_releases(
-                leasehold::redis_conn::PubSubSource::Nodes(vec![redis.client()]),
+                leasehold::store::PubSubSource::Nodes(vec![redis.client()]),
                 std::sync::Arc::new(std::sync::Mutex::new(channels)),
                 stop.clone(),
             ));
@@ -142,8 +142,8 @@ async fn a_resigning_leader_hands_over_without_waiting_for_the_ttl() {
 
 /// An empty membership: every elector campaigns at once (balancing is tested with real hosts in
 /// `balance.rs`).
-fn no_members() -> watch::Receiver<leasehold::members::View> {
-    watch::channel(leasehold::members::View::default()).1
+fn no_members() -> watch::Receiver<leasehold::coord::members::View> {
+    watch::channel(leasehold::coord::members::View::default()).1
 }
 
 /// A connection to the test's Redis, as a host opens it.
@@ -158,16 +158,16 @@ async fn connect(redis: &RedisServer) -> Conn {
 }
 
 /// A heartbeat of its own for one elector (node `node`), on the test's runtime.
-fn heartbeat(conn: &Conn, timing: Timing, node: &str) -> leasehold::heartbeat::Heartbeat {
-    leasehold::heartbeat::Heartbeat::start(
+fn heartbeat(conn: &Conn, timing: Timing, node: &str) -> leasehold::coord::heartbeat::Heartbeat {
+    leasehold::coord::heartbeat::Heartbeat::start(
         &tokio::runtime::Handle::current(),
         conn.clone(),
         timing,
-        leasehold::heartbeat::Member {
+        leasehold::coord::heartbeat::Member {
             node: node.to_string(),
-            info: leasehold::members::MemberInfo::with_capacity(1),
-            view: watch::channel(leasehold::members::View::default()).0,
-            workers: Arc::new(leasehold::workers::Counters::new(0)),
+            info: leasehold::coord::members::MemberInfo::with_capacity(1),
+            view: watch::channel(leasehold::coord::members::View::default()).0,
+            tasks: Box::new(leasehold::coord::members::WorkerStats::default),
         },
         CancellationToken::new(),
     )
@@ -175,8 +175,8 @@ fn heartbeat(conn: &Conn, timing: Timing, node: &str) -> leasehold::heartbeat::H
 }
 
 /// A campaign coalescer of its own for one elector, on the test's runtime.
-fn campaigns(conn: &Conn) -> leasehold::campaigns::Campaigns {
-    leasehold::campaigns::Campaigns::start(
+fn campaigns(conn: &Conn) -> leasehold::coord::campaigns::Campaigns {
+    leasehold::coord::campaigns::Campaigns::start(
         &tokio::runtime::Handle::current(),
         conn.clone(),
         CancellationToken::new(),

@@ -311,6 +311,10 @@ async fn a_run_left_half_done_resumes_from_its_checkpoint() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(feature = "demo"),
+    ignore = "needs the demo feature, which ./dev test turns on"
+)]
 async fn the_demo_tells_the_reference_scenario_and_ends_with_one_report() {
     deadline(Duration::from_secs(240), async {
         let wasm = guests().wasm("reconciliation");

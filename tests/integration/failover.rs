@@ -170,15 +170,15 @@ impl Cluster {
     /// The host whose term holds the job's lease once it is the job's preferred member among
     /// the three (balancing moves the job there, between runs, after the cluster starts).
     async fn preferred_leader(&self) -> usize {
-        let members: leasehold::members::Members = (0..self.hosts.len())
+        let members: leasehold::coord::members::Members = (0..self.hosts.len())
             .map(|i| {
                 (
                     format!("n{i}"),
-                    leasehold::members::MemberInfo::with_capacity(1),
+                    leasehold::coord::members::MemberInfo::with_capacity(1),
                 )
             })
             .collect();
-        let want = leasehold::members::preferred("reconciliation", &members, None)
+        let want = leasehold::coord::members::preferred("reconciliation", &members, None)
             .unwrap()
             .to_string();
         wait_for(

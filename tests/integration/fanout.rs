@@ -9,10 +9,10 @@
 
 use std::time::Duration;
 
-use leasehold::fence::{self, Bookkeeping, FenceError, Refusal, TermWrite};
-use leasehold::keys::JobKeys;
-use leasehold::lease::{self, Acquired};
-use leasehold::tasks::{self, Attempt, Completed, RunOf, Submitted};
+use leasehold::coord::fence::{self, Bookkeeping, FenceError, Refusal, TermWrite};
+use leasehold::coord::lease::{self, Acquired};
+use leasehold::exec::tasks::{self, Attempt, Completed, RunOf, Submitted};
+use leasehold::store::keys::JobKeys;
 use redis::AsyncCommands;
 use serde_json::Value;
 
@@ -463,7 +463,7 @@ async fn a_run_that_fails_while_its_tasks_write_ends_them() {
 
 /// A task's `store` write of `value` to its key `tick`, as the term `term` under `claim`.
 async fn task_write(
-    c: &mut leasehold::redis_conn::Conn,
+    c: &mut leasehold::store::Conn,
     keys: &JobKeys,
     term: (&str, u64),
     claim: &tasks::Claim,
@@ -474,7 +474,7 @@ async fn task_write(
         claim: Some(claim),
         ..TermWrite::new(&sets, &[])
     };
-    fence::invoke(c, keys, term, &write).await
+    fence::unchecked::invoke(c, keys, term, &write).await
 }
 
 /// The scripts' side of defect 2, in process: a task's write is refused once its run has
@@ -526,7 +526,9 @@ async fn a_task_of_an_ended_or_rerun_run_changes_nothing() {
             deletes: &deletes,
             ..end
         };
-        fence::invoke(&mut c, &keys, term, &end).await.unwrap();
+        fence::unchecked::invoke(&mut c, &keys, term, &end)
+            .await
+            .unwrap();
         let late = task_write(&mut c, &keys, term, &old.claim, "2").await;
         assert!(
             matches!(&late, Err(FenceError::Refused(Refusal::RunEnded { task })) if task == "t-1"),

@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use leasehold::fence::{self, FenceError, Refusal, TermWrite, Written};
-use leasehold::keys::JobKeys;
-use leasehold::lease::{self, Acquired};
-use leasehold::quota::{self, Quota, QuotaUsage};
+use leasehold::coord::fence::{self, FenceError, Refusal, TermWrite, Written};
+use leasehold::coord::lease::{self, Acquired};
+use leasehold::coord::quota::{self, Quota, QuotaUsage};
+use leasehold::store::keys::JobKeys;
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 
@@ -32,7 +32,7 @@ async fn put(
     token: u64,
     value: &str,
 ) -> Result<(), FenceError> {
-    fence::write(
+    fence::unchecked::write(
         conn,
         keys,
         owner,
@@ -182,7 +182,7 @@ async fn guest_writes_are_counted_and_refused_past_the_storage_quota() {
                 quota: Some(quota),
                 ..TermWrite::new(&sets, &[])
             };
-            fence::invoke(&mut c, &k, ("a:1", t), &w).await
+            fence::unchecked::invoke(&mut c, &k, ("a:1", t), &w).await
         };
         let first = write("a", vec![1; 10], false).await.unwrap();
         assert_eq!(first.usage, Some((1, size("a", 10))));
@@ -231,7 +231,7 @@ async fn guest_writes_are_counted_and_refused_past_the_storage_quota() {
         let a_value: Vec<u8> = c.get(k.data("a")).await.unwrap();
         assert_eq!(a_value, vec![3; 4]);
         // The host's own records are not counted.
-        fence::write(
+        fence::unchecked::write(
             &mut c,
             &k,
             "a:1",
@@ -266,7 +266,7 @@ async fn purge_frees_quota_that_hand_deletions_did_not() {
                 quota: Some(quota),
                 ..TermWrite::new(&sets, &[])
             };
-            fence::invoke(c, &k, ("a:1", t), &w).await
+            fence::unchecked::invoke(c, &k, ("a:1", t), &w).await
         };
         for i in 0..10 {
             let prefix = if i < 6 { "old" } else { "keep" };
@@ -377,21 +377,21 @@ async fn a_resent_create_or_delete_answers_as_the_first_call_did() {
             id,
             ..TermWrite::new(&sets, &[])
         };
-        let first = fence::invoke(&mut c, &k, ("a:1", t), &create(Some("w1")))
+        let first = fence::unchecked::invoke(&mut c, &k, ("a:1", t), &create(Some("w1")))
             .await
             .unwrap();
         assert!(first.created);
-        let resent = fence::invoke(&mut c, &k, ("a:1", t), &create(Some("w1")))
+        let resent = fence::unchecked::invoke(&mut c, &k, ("a:1", t), &create(Some("w1")))
             .await
             .unwrap();
         assert_eq!(resent, first, "a resend answers as the first call did");
         // Without an id, the same resend says the key existed: the ambiguity that was reported.
-        let blind = fence::invoke(&mut c, &k, ("a:1", t), &create(None))
+        let blind = fence::unchecked::invoke(&mut c, &k, ("a:1", t), &create(None))
             .await
             .unwrap();
         assert!(!blind.created);
         // A new call (a new id) that finds the key is told so.
-        let again = fence::invoke(&mut c, &k, ("a:1", t), &create(Some("w2")))
+        let again = fence::unchecked::invoke(&mut c, &k, ("a:1", t), &create(Some("w2")))
             .await
             .unwrap();
         assert!(!again.created);
@@ -402,11 +402,11 @@ async fn a_resent_create_or_delete_answers_as_the_first_call_did() {
             id,
             ..TermWrite::new(&[], &deletes)
         };
-        let gone = fence::invoke(&mut c, &k, ("a:1", t), &delete(Some("w3")))
+        let gone = fence::unchecked::invoke(&mut c, &k, ("a:1", t), &delete(Some("w3")))
             .await
             .unwrap();
         assert_eq!(gone.deleted, 1);
-        let resent = fence::invoke(&mut c, &k, ("a:1", t), &delete(Some("w3")))
+        let resent = fence::unchecked::invoke(&mut c, &k, ("a:1", t), &delete(Some("w3")))
             .await
             .unwrap();
         assert_eq!(resent.deleted, 1);
@@ -416,7 +416,7 @@ async fn a_resent_create_or_delete_answers_as_the_first_call_did() {
         assert!(ttl > 0 && ttl <= 60_000, "{ttl}");
         // A resend after the term ended is refused like any write of it.
         expire(&mut c, &k).await;
-        let late = fence::invoke(&mut c, &k, ("a:1", t), &create(Some("w1"))).await;
+        let late = fence::unchecked::invoke(&mut c, &k, ("a:1", t), &create(Some("w1"))).await;
         assert!(matches!(late, Err(FenceError::Refused(_))), "{late:?}");
     })
     .await;

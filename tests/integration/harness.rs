@@ -12,14 +12,14 @@ pub(crate) use leasehold_harness::{
     output_within, repo_root, wait_for,
 };
 
-/// A connection to `redis` as a host opens one ([`leasehold::redis_conn::Conn`]).
-pub(crate) async fn conn(redis: &RedisServer) -> leasehold::redis_conn::Conn {
+/// A connection to `redis` as a host opens one ([`leasehold::store::Conn`]).
+pub(crate) async fn conn(redis: &RedisServer) -> leasehold::store::Conn {
     conn_to(&redis.url()).await
 }
 
 /// A connection to the Redis (or Redis Cluster) `url` names, as a host opens one.
-pub(crate) async fn conn_to(url: &str) -> leasehold::redis_conn::Conn {
-    leasehold::redis_conn::Conn::connect(
+pub(crate) async fn conn_to(url: &str) -> leasehold::store::Conn {
+    leasehold::store::Conn::connect(
         url,
         std::time::Duration::from_secs(2),
         Some(std::time::Duration::from_secs(5)),

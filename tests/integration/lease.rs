@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use leasehold::keys::JobKeys;
-use leasehold::lease::{self, Acquired};
+use leasehold::coord::lease::{self, Acquired};
+use leasehold::store::keys::JobKeys;
 use redis::AsyncCommands;
 
 use crate::harness::{RedisServer, deadline};
@@ -315,7 +315,7 @@ async fn campaigns_sent_at_the_same_moment_are_all_answered() {
     deadline(Duration::from_secs(30), async {
         let redis = RedisServer::start().await;
         let conn = crate::harness::conn(&redis).await;
-        let campaigns = leasehold::campaigns::Campaigns::start(
+        let campaigns = leasehold::coord::campaigns::Campaigns::start(
             &tokio::runtime::Handle::current(),
             conn,
             tokio_util::sync::CancellationToken::new(),

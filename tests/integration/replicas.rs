@@ -214,10 +214,10 @@ async fn a_promoted_replica_has_every_acknowledged_result() {
 /// acknowledges again.
 #[tokio::test]
 async fn a_write_waits_for_replicas_on_the_connection_that_carried_it() {
-    use leasehold::fence::{self, TermWrite, TermWriteError};
-    use leasehold::keys::JobKeys;
-    use leasehold::lease::{self, Acquired};
-    use leasehold::term::{Replicas, Term};
+    use leasehold::coord::fence::{self, TermWrite, TermWriteError};
+    use leasehold::coord::lease::{self, Acquired};
+    use leasehold::coord::term::{Replicas, Term};
+    use leasehold::store::keys::JobKeys;
 
     deadline(Duration::from_secs(60), async {
         let primary = RedisServer::start().await;
@@ -245,7 +245,9 @@ async fn a_write_waits_for_replicas_on_the_connection_that_carried_it() {
             let mut c = c.clone();
             async move {
                 let sets = [(keys.data("x"), v)];
-                fence::write_in_term(&mut c, &keys, &term, TermWrite::new(&sets, &[])).await
+                fence::term_write(&mut c, &keys, &term, TermWrite::new(&sets, &[]))
+                    .await
+                    .map(drop)
             }
         };
         write(b"1").await.unwrap();

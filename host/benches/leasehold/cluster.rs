@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use leasehold::redis_conn::Conn;
+use leasehold::store::Conn;
 use leasehold_harness::{RedisCluster, RedisServer};
 
 use super::{Options, Pulse, Row, row, summary};

@@ -75,8 +75,8 @@ async fn round_trips(addr: &str) -> BTreeMap<String, f64> {
 }
 
 /// A connection that waits for Redis as long as a busy Redis needs (10,000 jobs starting).
-async fn patient(redis: &RedisServer) -> leasehold::redis_conn::Conn {
-    leasehold::redis_conn::Conn::connect(
+async fn patient(redis: &RedisServer) -> leasehold::store::Conn {
+    leasehold::store::Conn::connect(
         &redis.url(),
         Duration::from_secs(5),
         Some(Duration::from_secs(60)),
@@ -86,7 +86,7 @@ async fn patient(redis: &RedisServer) -> leasehold::redis_conn::Conn {
 }
 
 /// Job → the node whose term holds its lease now.
-async fn owners(c: &mut leasehold::redis_conn::Conn) -> BTreeMap<String, String> {
+async fn owners(c: &mut leasehold::store::Conn) -> BTreeMap<String, String> {
     let keys: Vec<String> = c.keys("lh:*:lease").await.unwrap();
     let mut out = BTreeMap::new();
     for chunk in keys.chunks(1000) {
@@ -157,17 +157,17 @@ fn start_host_timed(
 
 /// Whether every job is led by its preferred member among `nodes`.
 fn preferred_everywhere(owners: &BTreeMap<String, String>, nodes: &[&str]) -> bool {
-    let members: leasehold::members::Members = nodes
+    let members: leasehold::coord::members::Members = nodes
         .iter()
         .map(|n| {
             (
                 n.to_string(),
-                leasehold::members::MemberInfo::with_capacity(1),
+                leasehold::coord::members::MemberInfo::with_capacity(1),
             )
         })
         .collect();
     owners.iter().all(|(job, node)| {
-        leasehold::members::preferred(job, &members, None) == Some(node.as_str())
+        leasehold::coord::members::preferred(job, &members, None) == Some(node.as_str())
     })
 }
 
@@ -538,7 +538,7 @@ pub(crate) async fn scale(guests: &Path, n: usize, rows: &mut Vec<Row>) {
         format!(
             "{:?} after {back_s:.1} s (it came back within ten minutes of leaving: it settles {} heartbeats first); {moved} jobs moved ({:.1} %), {handed} graceful hand-overs, {faults} terms lost",
             spread(&after),
-            leasehold::members::RETURN_SETTLE,
+            leasehold::coord::members::RETURN_SETTLE,
             moved as f64 * 100.0 / n as f64
         ),
         "Knative buckets",

@@ -7,8 +7,8 @@
 use std::path::Path;
 use std::sync::LazyLock;
 
-use leasehold::runtime::Runtime;
-use leasehold::spec::HostLimits;
+use leasehold::exec::runtime::Runtime;
+use leasehold::exec::spec::HostLimits;
 use libfuzzer_sys::fuzz_target;
 
 static HOST: LazyLock<(tokio::runtime::Runtime, Runtime)> = LazyLock::new(|| {

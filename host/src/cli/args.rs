@@ -1,13 +1,13 @@
 //! The command line's shape: every command and flag, with its environment variable and
 //! default. Values are only parsed here; their rules are checked in
-//! [`leasehold::config`].
+//! [`leasehold::node::config`].
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use leasehold::config::{RawConfig, RawLimits, parse_duration, parse_size};
 use leasehold::logging::LogFormat;
+use leasehold::node::config::{RawConfig, RawLimits, parse_duration, parse_size};
 
 /// Leasehold: singleton WebAssembly jobs across replicas, elected through Redis and fenced.
 #[derive(Parser, Debug)]
@@ -150,7 +150,7 @@ pub(crate) struct LimitArgs {
 }
 
 impl LimitArgs {
-    /// The limits as given, for [`leasehold::config::RawLimits::validate`].
+    /// The limits as given, for [`leasehold::node::config::RawLimits::validate`].
     pub(crate) fn raw(&self) -> RawLimits {
         RawLimits {
             max_memory: self.max_memory,
@@ -324,7 +324,7 @@ pub(crate) struct TriggerArgs {
 }
 
 impl RunArgs {
-    /// The flags as given, for [`leasehold::config::NodeConfig::from_raw`].
+    /// The flags as given, for [`leasehold::node::config::NodeConfig::from_raw`].
     pub(crate) fn raw(&self) -> RawConfig {
         RawConfig {
             redis_url: self.redis_url.clone(),

@@ -17,17 +17,17 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use leasehold::config::{NodeConfig, hostname, show, show_size};
-use leasehold::keys::JobKeys;
-use leasehold::runtime::{Compiled, Runtime};
-use leasehold::spec::validate_job_name;
-use leasehold::{node, redis_conn, runs};
+use leasehold::exec::runtime::{Compiled, Runtime};
+use leasehold::exec::spec::validate_job_name;
+use leasehold::node::config::{NodeConfig, hostname, show, show_size};
+use leasehold::store::keys::JobKeys;
+use leasehold::{exec::runs, node, store};
 
 use args::{Cli, Command, JobArgs, LimitArgs, PurgeArgs, RunArgs, RunsArgs, TriggerArgs};
 
 /// Runs a parsed command line.
 pub(crate) async fn main(cli: Cli) -> ExitCode {
-    redis_conn::install_tls_provider();
+    store::install_tls_provider();
     let result = match cli.command {
         Command::Run(args) => run(*args).await,
         Command::Check {
@@ -39,7 +39,7 @@ pub(crate) async fn main(cli: Cli) -> ExitCode {
             let cache = if no_cache {
                 None
             } else {
-                cache_dir.or_else(leasehold::config::default_cache_dir)
+                cache_dir.or_else(leasehold::node::config::default_cache_dir)
             };
             check(file, limits, cache).await
         }
@@ -86,7 +86,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         let l = &cfg.limits;
         println!("configuration ok");
         println!("node-id:     {}", cfg.node_id);
-        println!("redis-url:   {}", redis_conn::redact(&cfg.redis_url));
+        println!("redis-url:   {}", store::redact(&cfg.redis_url));
         println!("jobs-dir:    {}", cfg.jobs_dir.display());
         println!("data-dir:    {}", opt(&cfg.data_dir));
         println!("cache-dir:   {}", opt(&cfg.cache_dir));
@@ -190,7 +190,7 @@ async fn check(file: PathBuf, limits: LimitArgs, cache: Option<PathBuf>) -> anyh
     if let Some(hash) = &job.sidecar {
         println!(
             "sidecar:    {} ({hash})",
-            leasehold::runtime::sidecar_of(&file).display()
+            leasehold::exec::runtime::sidecar_of(&file).display()
         );
     }
     let now = chrono::Utc::now();
@@ -230,8 +230,8 @@ fn new_job(lang: args::Lang, name: &str, dir: Option<PathBuf>) -> anyhow::Result
     Ok(())
 }
 
-async fn connect_cli(url: &str) -> anyhow::Result<redis_conn::Conn> {
-    redis_conn::Conn::connect(url, Duration::from_secs(2), Some(Duration::from_secs(5))).await
+async fn connect_cli(url: &str) -> anyhow::Result<store::Conn> {
+    store::Conn::connect(url, Duration::from_secs(2), Some(Duration::from_secs(5))).await
 }
 
 async fn trigger(args: TriggerArgs) -> anyhow::Result<()> {
@@ -308,16 +308,16 @@ async fn purge(args: PurgeArgs) -> anyhow::Result<()> {
     validate_job_name(job)?;
     let mut conn = connect_cli(&args.job.redis_url).await?;
     let keys = JobKeys::new(job);
-    let before = leasehold::quota::usage(&mut conn, &keys).await?;
+    let before = leasehold::coord::quota::usage(&mut conn, &keys).await?;
     if let Some(prefix) = &args.prefix {
-        let purged = leasehold::quota::purge(&mut conn, &keys, prefix).await?;
+        let purged = leasehold::coord::quota::purge(&mut conn, &keys, prefix).await?;
         println!(
             "deleted {} keys of {job} starting with {prefix:?} ({})",
             purged.keys,
             leasehold::units::show_size(purged.bytes)
         );
     }
-    let (k, b) = leasehold::quota::recount(&mut conn, &keys).await?;
+    let (k, b) = leasehold::coord::quota::recount(&mut conn, &keys).await?;
     println!(
         "{job} keeps {k} keys and {} (its storage count was {} keys and {})",
         leasehold::units::show_size(b),

@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use leasehold::spec::validate_job_name;
+use leasehold::exec::spec::validate_job_name;
 
 use super::args::Lang;
 

@@ -1,0 +1,387 @@
+//! Host configuration, from raw values to validated ones, in one place.
+//!
+//! `leasehold run` (and `check`, for the limits) hands over what it was given on the command
+//! line or in the environment as a [`RawConfig`] (or [`RawLimits`]); [`NodeConfig::from_raw`]
+//! and [`RawLimits::validate`] apply the defaults and check every rule, and report *all*
+//! violations at once, each naming the setting and its value ([`ConfigError`]). Nothing else
+//! in the host validates configuration: a host never starts with settings that break a rule.
+//!
+//! | setting | rule |
+//! | --- | --- |
+//! | timings | the relations of [`crate::coord::timing`] (I4) |
+//! | `node-id` | 1–64 characters from `A-Z a-z 0-9 . _ -` (it appears in lease owners `node-id:uuid`) |
+//! | `max-memory` | at least 1 MiB |
+//! | `max-step-time` | at least 100ms, at most 1 day |
+//! | `max-write-size` | at least 1 KiB |
+//! | `max-component-size` | at least 64 KiB |
+//! | `max-stored-keys` | at least 1 |
+//! | `max-stored-bytes` | at least 1 KiB |
+//! | `cache-dir` | not inside `jobs-dir` (whoever can drop a job there could plant compiled code) |
+//! | `http-token` | not empty when set |
+//! | `redis-url` | `redis://`, `rediss://`, `unix://`, `redis+cluster://` (seeds) or `redis+sentinel://` (sentinels and service) |
+//! | `replica-timeout` | above zero and at most `lease-ttl` |
+//!
+//! Job specs are validated where they are read, in [`crate::exec::spec`].
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use crate::coord::timing::Timing;
+pub use crate::setting::{ConfigError, Setting, Violation};
+pub use crate::units::{parse_duration, parse_size, show, show_size};
+
+use crate::coord::term::Replicas;
+use crate::exec::spec::HostLimits;
+
+/// The largest `--max-instances`, `--max-tables` and `--max-memories` (wasmtime's own default
+/// limit of each per store).
+const MAX_COUNT: u32 = 10_000;
+
+/// Host limits as given (`--max-*` flags), before validation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawLimits {
+    /// Most linear memory a job may use, in bytes.
+    pub max_memory: u64,
+    /// Longest a step may run.
+    pub max_step_time: Duration,
+    /// Largest value one write (or checkpoint) may carry, in bytes.
+    pub max_write_size: u64,
+    /// Largest component file the host reads, in bytes.
+    pub max_component_size: u64,
+    /// Guest log lines kept per step.
+    pub guest_log_lines: u32,
+    /// The largest storage quota a job may have, in keys.
+    pub max_stored_keys: u64,
+    /// The largest storage quota a job may have, in bytes.
+    pub max_stored_bytes: u64,
+    /// Most core instances one instantiation of a job may create.
+    pub max_instances: u32,
+    /// Most tables one instantiation of a job may create.
+    pub max_tables: u32,
+    /// Most linear memories one instantiation of a job may create.
+    pub max_memories: u32,
+    /// Guest instances live at once in the pooling allocator; 0 allocates on demand.
+    pub instance_pool: u32,
+}
+
+impl RawLimits {
+    /// Validates the limits; every violation is reported at once, naming the flag.
+    pub fn validate(&self) -> Result<HostLimits, ConfigError> {
+        let mut bad = Vec::new();
+        self.check(&mut bad);
+        if !bad.is_empty() {
+            return Err(ConfigError { violations: bad });
+        }
+        Ok(HostLimits::with_maxima(
+            self.max_memory,
+            self.max_step_time,
+            self.max_write_size,
+            self.max_component_size,
+            self.guest_log_lines,
+        )
+        .with_quota(self.max_stored_keys, self.max_stored_bytes)
+        .with_counts(self.max_instances, self.max_tables, self.max_memories)
+        .with_instance_pool(self.instance_pool))
+    }
+
+    fn check(&self, bad: &mut Vec<Violation>) {
+        if self.max_memory < 1 << 20 {
+            bad.push(Violation::new(
+                Setting::MaxMemory,
+                format!(
+                    "max-memory ({}) must be at least 1 MiB: no component starts in less",
+                    show_size(self.max_memory)
+                ),
+            ));
+        }
+        if self.max_step_time < Duration::from_millis(100) {
+            bad.push(Violation::new(
+                Setting::MaxStepTime,
+                format!(
+                    "max-step-time ({}) must be at least 100ms",
+                    show(self.max_step_time)
+                ),
+            ));
+        }
+        if self.max_step_time > Duration::from_secs(86_400) {
+            bad.push(Violation::new(
+                Setting::MaxStepTime,
+                format!(
+                    "max-step-time ({}) must be at most 1 day",
+                    show(self.max_step_time)
+                ),
+            ));
+        }
+        if self.max_write_size < 1 << 10 {
+            bad.push(Violation::new(
+                Setting::MaxWriteSize,
+                format!(
+                    "max-write-size ({}) must be at least 1 KiB",
+                    show_size(self.max_write_size)
+                ),
+            ));
+        }
+        if self.max_stored_keys == 0 {
+            bad.push(Violation::new(
+                Setting::MaxStoredKeys,
+                "max-stored-keys (0) must be at least 1".into(),
+            ));
+        }
+        if self.max_stored_bytes < 1 << 10 {
+            bad.push(Violation::new(
+                Setting::MaxStoredBytes,
+                format!(
+                    "max-stored-bytes ({}) must be at least 1 KiB",
+                    show_size(self.max_stored_bytes)
+                ),
+            ));
+        }
+        if self.instance_pool > MAX_INSTANCE_POOL {
+            bad.push(Violation::new(
+                Setting::InstancePool,
+                format!(
+                    "instance-pool ({}) must be at most {MAX_INSTANCE_POOL} (0 allocates every instance on demand)",
+                    self.instance_pool
+                ),
+            ));
+        }
+        for (setting, value) in [
+            (Setting::MaxInstances, self.max_instances),
+            (Setting::MaxTables, self.max_tables),
+            (Setting::MaxMemories, self.max_memories),
+        ] {
+            if !(1..=MAX_COUNT).contains(&value) {
+                bad.push(Violation::new(
+                    setting,
+                    format!(
+                        "{} ({value}) must be between 1 and {MAX_COUNT}",
+                        setting.flag()
+                    ),
+                ));
+            }
+        }
+        if self.max_component_size < 64 << 10 {
+            bad.push(Violation::new(
+                Setting::MaxComponentSize,
+                format!(
+                    "max-component-size ({}) must be at least 64 KiB",
+                    show_size(self.max_component_size)
+                ),
+            ));
+        }
+    }
+}
+
+/// Everything `leasehold run` was given, before defaults and validation.
+#[derive(Clone, Debug)]
+pub struct RawConfig {
+    /// Redis URL.
+    pub redis_url: String,
+    /// Directory of `.wasm` job components.
+    pub jobs_dir: PathBuf,
+    /// Directory of read-only job inputs.
+    pub data_dir: Option<PathBuf>,
+    /// Directory for compiled code; default `$XDG_CACHE_HOME/leasehold` or
+    /// `~/.cache/leasehold`.
+    pub cache_dir: Option<PathBuf>,
+    /// Node id; default the host name.
+    pub node_id: Option<String>,
+    /// Lease TTL.
+    pub lease_ttl: Duration,
+    /// Renewal interval.
+    pub heartbeat: Duration,
+    /// Safety margin; default a tenth of the TTL.
+    pub lease_margin: Option<Duration>,
+    /// Bound on Redis calls; default half the heartbeat.
+    pub redis_timeout: Option<Duration>,
+    /// HTTP API address.
+    pub http: Option<std::net::SocketAddr>,
+    /// Bearer token for the HTTP API's POST endpoints.
+    pub http_token: Option<String>,
+    /// Host limits.
+    pub limits: RawLimits,
+    /// Start even when Redis may evict keys (`maxmemory-policy` other than `noeviction`).
+    pub allow_evicting_redis: bool,
+    /// Replicas that must acknowledge every write of a term (0: none).
+    pub min_replicas: u32,
+    /// How long a write waits for them; default the Redis timeout.
+    pub replica_timeout: Option<Duration>,
+    /// Weight for leadership balancing (1 to 1000).
+    pub capacity: u32,
+    /// Tasks of fan-out jobs this host runs at once (0: none; default: one per CPU).
+    pub task_slots: Option<u32>,
+}
+
+/// Everything `leasehold run` is configured with, validated.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// Redis URL (`redis://`, `rediss://`, with optional user and password).
+    pub redis_url: String,
+    /// Directory of `.wasm` job components.
+    pub jobs_dir: PathBuf,
+    /// Directory of read-only job inputs, one subfolder per job.
+    pub data_dir: Option<PathBuf>,
+    /// Directory for compiled job code (see [`crate::exec::runtime::cache`]); none: compile at
+    /// every start.
+    pub cache_dir: Option<PathBuf>,
+    /// This node's id.
+    pub node_id: String,
+    /// Lease timings.
+    pub timing: Timing,
+    /// Host limits for jobs.
+    pub limits: HostLimits,
+    /// Where the HTTP API listens, if anywhere (port 0: any free port, logged once bound).
+    pub http: Option<std::net::SocketAddr>,
+    /// Bearer token the HTTP API's mutating endpoints require, if set.
+    pub http_token: Option<String>,
+    /// Start even when Redis may evict keys (see [`crate::store::deployment`]).
+    pub allow_evicting_redis: bool,
+    /// Replicas every write of a term waits for, if any.
+    pub replicas: Option<Replicas>,
+    /// Weight for leadership balancing ([`crate::coord::members`]).
+    pub capacity: u32,
+    /// Tasks of fan-out jobs this host runs at once ([`crate::exec::workers`]); 0: it runs none.
+    pub task_slots: u32,
+}
+
+impl NodeConfig {
+    /// Applies the defaults and checks every rule of the module doc; all violations are
+    /// reported together.
+    pub fn from_raw(raw: RawConfig) -> Result<Self, ConfigError> {
+        let mut bad = Vec::new();
+        if let Err(why) = crate::store::target(&raw.redis_url) {
+            bad.push(Violation::new(
+                Setting::RedisUrl,
+                format!("redis-url: {why}"),
+            ));
+        }
+        let node_id = raw.node_id.clone().unwrap_or_else(hostname);
+        if let Err(v) = validate_node_id(&node_id) {
+            bad.push(v);
+        }
+        let timing = Timing::new(
+            raw.lease_ttl,
+            raw.heartbeat,
+            raw.lease_margin,
+            raw.redis_timeout,
+        )
+        .map_err(|e| bad.extend(e.violations))
+        .ok();
+        raw.limits.check(&mut bad);
+        let cache_dir = raw.cache_dir.clone().or_else(default_cache_dir);
+        if let Some(cache) = &cache_dir
+            && absolute(cache).starts_with(absolute(&raw.jobs_dir))
+        {
+            bad.push(Violation::new(
+                Setting::CacheDir,
+                format!(
+                    "cache-dir {} must not be inside jobs-dir {}: whoever can drop a job there could plant compiled code",
+                    cache.display(),
+                    raw.jobs_dir.display()
+                ),
+            ));
+        }
+        if raw.http_token.as_deref() == Some("") {
+            bad.push(Violation::new(
+                Setting::HttpToken,
+                "http-token is empty: set a token or leave it unset".into(),
+            ));
+        }
+        if raw
+            .replica_timeout
+            .is_some_and(|t| t.is_zero() || t > raw.lease_ttl)
+        {
+            bad.push(Violation::new(
+                Setting::ReplicaTimeout,
+                format!(
+                    "replica-timeout must be greater than zero and at most lease-ttl (replica-timeout {}, lease-ttl {})",
+                    show(raw.replica_timeout.unwrap_or_default()),
+                    show(raw.lease_ttl)
+                ),
+            ));
+        }
+        if !(1..=1000).contains(&raw.capacity) {
+            bad.push(Violation::new(
+                Setting::Capacity,
+                format!("capacity ({}) must be between 1 and 1000", raw.capacity),
+            ));
+        }
+        let task_slots = raw
+            .task_slots
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32));
+        if task_slots > 1024 {
+            bad.push(Violation::new(
+                Setting::TaskSlots,
+                format!("task-slots ({task_slots}) must be at most 1024"),
+            ));
+        }
+        let (Some(timing), true) = (timing, bad.is_empty()) else {
+            return Err(ConfigError { violations: bad });
+        };
+        Ok(NodeConfig {
+            redis_url: raw.redis_url,
+            jobs_dir: raw.jobs_dir,
+            data_dir: raw.data_dir,
+            cache_dir,
+            node_id,
+            timing,
+            limits: raw.limits.validate()?,
+            http: raw.http,
+            http_token: raw.http_token,
+            allow_evicting_redis: raw.allow_evicting_redis,
+            replicas: (raw.min_replicas > 0).then(|| Replicas {
+                count: raw.min_replicas,
+                timeout: raw.replica_timeout.unwrap_or(timing.redis_timeout),
+            }),
+            capacity: raw.capacity,
+            task_slots,
+        })
+    }
+}
+
+/// Checks a node id: 1–64 characters from `A-Z a-z 0-9 . _ -`. The id appears in lease owners
+/// (`node-id:uuid`), logs and status.
+pub fn validate_node_id(id: &str) -> Result<(), Violation> {
+    let ok = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Violation::new(
+            Setting::NodeId,
+            format!("node-id must be 1 to 64 characters from A-Z a-z 0-9 . _ - (node-id {id:?})"),
+        ))
+    }
+}
+
+/// This machine's host name (`$HOSTNAME`, else the kernel's), or `node`.
+pub fn hostname() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "node".to_string())
+}
+
+/// Largest `--instance-pool`: each slot reserves address space for its memories.
+const MAX_INSTANCE_POOL: u32 = 1000;
+
+/// The compiled-code cache a host uses when `--cache-dir` is not given:
+/// `$XDG_CACHE_HOME/leasehold`, else `~/.cache/leasehold`; `None` without either variable.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("leasehold"))
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests;
