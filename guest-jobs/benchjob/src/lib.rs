@@ -41,9 +41,7 @@ impl Guest for Bench {
                 Ok(StepOutcome::Done)
             }
             "pulse" => {
-                if !term.still_leader() {
-                    return Err(JobError::LostLeadership);
-                }
+                term.ensure_leader()?;
                 std::thread::sleep(std::time::Duration::from_millis(5));
                 Ok(StepOutcome::Continue(step.to_le_bytes().to_vec()))
             }

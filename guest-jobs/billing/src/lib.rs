@@ -11,6 +11,8 @@
 //!
 //! State between steps: `next_index charged already` as text.
 
+use std::time::Duration;
+
 use leasehold_guest::prelude::*;
 use leasehold_guest::store;
 
@@ -24,11 +26,11 @@ impl Guest for Billing {
         spec("billing")
             .schedule("0 0 3 * * *")
             .time_zone("Europe/London")
-            .max_step_millis(60_000)
+            .max_step_time(Duration::from_secs(60))
             // A billing day is never skipped: a week of missed days is caught up, oldest first.
-            .catch_up(CatchUp::All, 7 * 86_400_000)
-            .retry(3, 60_000)
-            .retry_max_backoff_millis(600_000)
+            .catch_up(CatchUp::All, Duration::from_secs(7 * 86_400))
+            .retry(3, Duration::from_secs(60))
+            .retry_max_backoff(Duration::from_secs(600))
             .build()
     }
 
@@ -49,9 +51,7 @@ impl Guest for Billing {
         }
         let end = (next + CHUNK).min(customers.len());
         for (customer, amount) in &customers[next..end] {
-            if !term.still_leader() {
-                return Err(JobError::LostLeadership);
-            }
+            term.ensure_leader()?;
             if let Some(d) = delay {
                 std::thread::sleep(d);
             }

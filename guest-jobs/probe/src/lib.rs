@@ -22,6 +22,8 @@
 //! - `delete`: write `d/1`..`d/3`, `store.delete` `d/2`, `d/3`, `d/404` (never written) and
 //!   `../escape`, and report each outcome as a line of its state.
 
+use std::time::Duration;
+
 use leasehold_guest::prelude::*;
 use leasehold_guest::{log, store};
 
@@ -31,7 +33,7 @@ impl Guest for Probe {
     fn describe() -> JobSpec {
         spec("probe")
             .schedule("0 0 0 1 1 *")
-            .max_step_millis(3_000)
+            .max_step_time(Duration::from_secs(3))
             .max_write_bytes(1024)
             .build()
     }

@@ -22,6 +22,8 @@
 //! writes exactly what the sequential run writes (the same parts, report and summary, byte for
 //! byte) with the totals computed in the leader's step.
 
+use std::time::Duration;
+
 use leasehold_guest::fan_out::{Guest, Task};
 use leasehold_guest::log::{Level, write as log};
 use leasehold_guest::prelude::*;
@@ -270,7 +272,7 @@ impl Guest for Reconciliation {
             .schedule("0 30 2 * * *")
             .time_zone("Europe/London")
             .max_memory_bytes(512 << 20)
-            .max_step_millis(120_000)
+            .max_step_time(Duration::from_secs(120))
             .max_write_bytes(16 << 20)
             .build()
     }
@@ -281,9 +283,7 @@ impl Guest for Reconciliation {
         step: u32,
         state: Option<Vec<u8>>,
     ) -> Result<StepOutcome, JobError> {
-        if !term.still_leader() {
-            return Err(JobError::LostLeadership);
-        }
+        term.ensure_leader()?;
         let period = run.period.as_str();
         // A fanned-out run: chosen at its first step, carried in its state after.
         let fanned = match &state {
@@ -323,9 +323,7 @@ impl Guest for Reconciliation {
                 p
             }
         };
-        if !term.still_leader() {
-            return Err(JobError::LostLeadership);
-        }
+        term.ensure_leader()?;
 
         if !progress.bank_done(bank.len()) {
             let mut matcher = Matcher::new(&ledger, DEFAULT_TOLERANCE_DAYS);
@@ -371,9 +369,7 @@ impl Guest for Reconciliation {
                 run.period
             )));
         }
-        if !term.still_leader() {
-            return Err(JobError::LostLeadership);
-        }
+        term.ensure_leader()?;
         let parts = partition(&bank, &ledger, f.parts);
         let result = reconcile_part(bank, ledger, &parts, part, DEFAULT_TOLERANCE_DAYS);
         log(
@@ -442,9 +438,7 @@ fn fanned_step(
     let (mut chunks, progress) = assemble(&bank, &ledger, &results, chunk_lines(bank.len()))
         .map_err(|e| JobError::Failed(format!("the parts do not make the day: {e}")))?;
     drop(bank);
-    if !term.still_leader() {
-        return Err(JobError::LostLeadership);
-    }
+    term.ensure_leader()?;
     // The parts of the report, as the sequential run writes one per step; the text report is
     // made from them as they are in memory.
     for (n, chunk) in chunks.iter().enumerate() {

@@ -12,37 +12,40 @@
 //!   [`WriteResultExt`] for a job that words its own errors;
 //! - [`state`]: the step's state as JSON; [`json`]: store values as JSON.
 //!
-//! A complete job (add `serde` with its `derive` feature to use `#[derive(Serialize)]`):
+//! A complete job, as typed-state steps ([`Job`]; add `serde` with its `derive` feature to use
+//! `#[derive(Serialize)]`):
 //!
 //! ```
+//! use std::time::Duration;
 //! use leasehold_guest::prelude::*;
-//! use leasehold_guest::{state, store};
 //!
 //! #[derive(Default, serde::Serialize, serde::Deserialize)]
 //! struct Progress { next: u32 }
 //!
 //! struct Nightly;
 //!
-//! impl Guest for Nightly {
-//!     fn describe() -> JobSpec {
-//!         spec("nightly").schedule("0 0 2 * * *").time_zone("Europe/London").retry(3, 60_000).build()
+//! impl Job for Nightly {
+//!     type State = Progress;
+//!     fn spec() -> JobSpec {
+//!         spec("nightly").schedule("0 0 2 * * *").retry(3, Duration::from_secs(60)).build()
 //!     }
-//!
-//!     fn run_step(term: &Term, run: RunInfo, _step: u32, state: Option<Vec<u8>>) -> Result<StepOutcome, JobError> {
-//!         let mut progress: Progress = state::load(state)?;
-//!         if !term.still_leader() { return Err(JobError::LostLeadership); }
-//!         store::write(&format!("part/{}/{}", run.period, progress.next), b"done")?;
-//!         progress.next += 1;
-//!         if progress.next == 10 { Ok(StepOutcome::Done) } else { state::save(&progress) }
+//!     fn step(_term: &Term, run: &RunInfo, p: &mut Progress) -> Result<Next, JobError> {
+//!         leasehold_guest::store::write(&format!("part/{}/{}", run.period, p.next), b"done")?;
+//!         p.next += 1;
+//!         Ok(if p.next == 10 { Next::Done } else { Next::Continue })
 //!     }
 //! }
 //!
-//! leasehold_guest::export!(Nightly);
+//! leasehold_guest::job!(Nightly);
 //! ```
 //!
-//! `export!(Nightly)` is short for `export!(Nightly with_types_in leasehold_guest)`: it emits the
-//! component's `describe` and `run-step` exports (and the world's type information) in the
-//! job's own crate. A crate calls it once.
+//! A step of a [`Job`] runs only while its term leads (the SDK checks before calling it).
+//! `job!(Nightly)` implements [`Guest`] for it and calls `export!(Nightly)`, short for
+//! `export!(Nightly with_types_in leasehold_guest)`, which emits the component's `describe` and
+//! `run-step` exports (and the world's type information) in the job's own crate. A crate calls
+//! one of them once. A job that needs the raw world (the step number, its own state encoding)
+//! implements [`Guest`] and calls `export!` itself; `term.ensure_leader()?` ([`LeaderCheck`])
+//! is its leader check.
 //!
 //! A job that fans out implements [`fan_out::Guest`] instead (the same `describe` and `run_step`,
 //! and `run_task`) and exports it with `leasehold_guest::export_fan_out!(MyJob)`; its steps call
@@ -55,6 +58,7 @@
 #![warn(missing_docs)]
 
 mod error;
+pub mod job;
 pub mod json;
 mod spec;
 pub mod state;
@@ -66,7 +70,7 @@ pub mod state;
 pub mod bindings {
     wit_bindgen::generate!({
         world: "job",
-        path: "../../wit",
+        path: "wit",
         // The export macro is called in the job's crate, and finds the types here.
         pub_export_macro: true,
         default_bindings_module: "leasehold_guest",
@@ -81,7 +85,7 @@ pub mod bindings {
 pub mod fan_out_bindings {
     wit_bindgen::generate!({
         world: "fan-out-job",
-        path: "../../wit",
+        path: "wit",
         pub_export_macro: true,
         export_macro_name: "export_fan_out",
         default_bindings_module: "leasehold_guest::fan_out_bindings",
@@ -151,6 +155,7 @@ pub use bindings::{Guest, JobError, JobSpec, RunInfo, StepOutcome, Term, export}
 pub use error::WriteResultExt;
 pub use fan_out_bindings::export_fan_out;
 pub use fan_out_bindings::leasehold::job::tasks;
+pub use job::{Job, LeaderCheck, Next};
 pub use spec::{DEFAULT_SCHEDULE, DEFAULT_TIME_ZONE, SpecBuilder, spec};
 pub use types::{CatchUp, Limits, Overlap, Policies};
 
@@ -161,12 +166,13 @@ pub use bindings::{
     __post_return_describe, __post_return_run_step, _export_describe_cabi, _export_run_step_cabi,
 };
 
-/// What most jobs need, for `use leasehold_guest::prelude::*`: the [`Guest`] trait, the
-/// world's types, [`spec`] and [`WriteResultExt`]. The modules ([`store`], [`log`], [`state`],
+/// What most jobs need, for `use leasehold_guest::prelude::*`: the [`Guest`] and [`Job`]
+/// traits, [`Next`], the world's types, [`spec`], [`LeaderCheck`] (`term.ensure_leader()?`)
+/// and [`WriteResultExt`]. The modules ([`store`], [`log`], [`state`],
 /// [`json`]) are left out, to be named as `leasehold_guest::store` and so on.
 pub mod prelude {
     pub use crate::{
-        CatchUp, Guest, JobError, JobSpec, Overlap, RunInfo, StepOutcome, Term, WriteResultExt,
-        spec,
+        CatchUp, Guest, Job, JobError, JobSpec, LeaderCheck, Next, Overlap, RunInfo, StepOutcome,
+        Term, WriteResultExt, spec,
     };
 }

@@ -1,5 +1,7 @@
 //! The [`JobSpec`] builder.
 
+use std::time::Duration;
+
 use crate::{CatchUp, JobSpec, Limits, Overlap, Policies};
 
 /// The schedule of a spec that does not set one: every day at 00:00:00.
@@ -18,15 +20,17 @@ pub const DEFAULT_TIME_ZONE: &str = "UTC";
 /// backoff of 30 s doubling up to 10 min); no limit on a run's time.
 ///
 /// ```
+/// use std::time::Duration;
 /// use leasehold_guest::{CatchUp, spec};
 ///
 /// let billing = spec("billing")
 ///     .schedule("0 0 3 * * *")
 ///     .time_zone("Europe/London")
-///     .catch_up(CatchUp::All, 7 * 86_400_000)
-///     .retry(3, 60_000)
+///     .catch_up(CatchUp::All, Duration::from_secs(7 * 86_400))
+///     .retry(3, Duration::from_secs(60))
 ///     .build();
 /// assert_eq!(billing.policies.retry_attempts, 3);
+/// assert_eq!(billing.policies.retry_backoff_millis, 60_000);
 /// assert_eq!(billing.limits.max_memory_bytes, 0); // the host's default
 /// ```
 pub fn spec(name: impl Into<String>) -> SpecBuilder {
@@ -84,9 +88,9 @@ impl SpecBuilder {
         self
     }
 
-    /// The longest one step may run, in milliseconds, before the host stops it.
-    pub fn max_step_millis(mut self, millis: u64) -> Self {
-        self.spec.limits.max_step_millis = millis;
+    /// The longest one step may run before the host stops it.
+    pub fn max_step_time(mut self, time: Duration) -> Self {
+        self.spec.limits.max_step_millis = millis(time);
         self
     }
 
@@ -104,25 +108,25 @@ impl SpecBuilder {
         self
     }
 
-    /// What to do with periods that fired while no replica ran the job, and the window (in
-    /// milliseconds; zero: one hour) that [`CatchUp::Skip`] and [`CatchUp::All`] use.
-    pub fn catch_up(mut self, policy: CatchUp, window_millis: u64) -> Self {
+    /// What to do with periods that fired while no replica ran the job, and the window (zero:
+    /// one hour) that [`CatchUp::Skip`] and [`CatchUp::All`] use.
+    pub fn catch_up(mut self, policy: CatchUp, window: Duration) -> Self {
         self.spec.policies.catch_up = policy;
-        self.spec.policies.catch_up_window_millis = window_millis;
+        self.spec.policies.catch_up_window_millis = millis(window);
         self
     }
 
     /// Attempts per period, the first included (0 or 1: no retry), and the delay before the
-    /// second attempt in milliseconds (zero: 30 s), doubling for each further attempt.
-    pub fn retry(mut self, attempts: u32, backoff_millis: u64) -> Self {
+    /// second attempt (zero: 30 s), doubling for each further attempt.
+    pub fn retry(mut self, attempts: u32, backoff: Duration) -> Self {
         self.spec.policies.retry_attempts = attempts;
-        self.spec.policies.retry_backoff_millis = backoff_millis;
+        self.spec.policies.retry_backoff_millis = millis(backoff);
         self
     }
 
-    /// The longest delay between two attempts, in milliseconds (zero: 10 min).
-    pub fn retry_max_backoff_millis(mut self, millis: u64) -> Self {
-        self.spec.policies.retry_max_backoff_millis = millis;
+    /// The longest delay between two attempts (zero: 10 min).
+    pub fn retry_max_backoff(mut self, max: Duration) -> Self {
+        self.spec.policies.retry_max_backoff_millis = millis(max);
         self
     }
 
@@ -132,10 +136,9 @@ impl SpecBuilder {
         self
     }
 
-    /// The longest a run may take from its start, every attempt included, in milliseconds
-    /// (zero: no limit).
-    pub fn max_run_millis(mut self, millis: u64) -> Self {
-        self.spec.policies.max_run_millis = millis;
+    /// The longest a run may take from its start, every attempt included (zero: no limit).
+    pub fn max_run_time(mut self, time: Duration) -> Self {
+        self.spec.policies.max_run_millis = millis(time);
         self
     }
 
@@ -143,6 +146,15 @@ impl SpecBuilder {
     pub fn build(self) -> JobSpec {
         self.spec
     }
+}
+
+/// `d` in the WIT's milliseconds: a duration under a millisecond but not zero is one millisecond
+/// (zero means "the host's default"), one too long for a `u64` is the largest.
+fn millis(d: Duration) -> u64 {
+    if d.is_zero() {
+        return 0;
+    }
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 impl From<SpecBuilder> for JobSpec {
@@ -154,6 +166,22 @@ impl From<SpecBuilder> for JobSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_are_the_wits_milliseconds_and_never_turn_into_the_default() {
+        assert_eq!(millis(Duration::ZERO), 0);
+        assert_eq!(millis(Duration::from_micros(10)), 1);
+        assert_eq!(millis(Duration::from_secs(90)), 90_000);
+        assert_eq!(millis(Duration::MAX), u64::MAX);
+        let s = spec("j")
+            .max_step_time(Duration::from_secs(2))
+            .max_run_time(Duration::from_secs(3600))
+            .retry_max_backoff(Duration::from_secs(600))
+            .build();
+        assert_eq!(s.limits.max_step_millis, 2_000);
+        assert_eq!(s.policies.max_run_millis, 3_600_000);
+        assert_eq!(s.policies.retry_max_backoff_millis, 600_000);
+    }
 
     #[test]
     fn an_unset_spec_is_the_hosts_default_daily_at_midnight_utc() {
@@ -191,14 +219,14 @@ mod tests {
             .schedule("0 0 2 * * *")
             .time_zone("Europe/London")
             .max_memory_bytes(1)
-            .max_step_millis(2)
+            .max_step_time(Duration::from_millis(2))
             .max_write_bytes(3)
             .quota(4, 5)
-            .catch_up(CatchUp::All, 6)
-            .retry(7, 8)
-            .retry_max_backoff_millis(9)
+            .catch_up(CatchUp::All, Duration::from_millis(6))
+            .retry(7, Duration::from_millis(8))
+            .retry_max_backoff(Duration::from_millis(9))
             .overlap(Overlap::Skip)
-            .max_run_millis(10)
+            .max_run_time(Duration::from_millis(10))
             .build();
         assert_eq!(s.schedule, "0 0 2 * * *");
         assert_eq!(s.time_zone, "Europe/London");

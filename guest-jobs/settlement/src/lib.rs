@@ -61,7 +61,7 @@ impl Guest for Settlement {
         spec("settlement-rs")
             .schedule("0 0 4 * * *")
             .time_zone("UTC")
-            .max_step_millis(60_000)
+            .max_step_time(Duration::from_secs(60))
             .build()
     }
 
@@ -80,9 +80,7 @@ impl Guest for Settlement {
         let pause = delay()?;
         let end = (start + CHUNK).min(payments.len());
         for (merchant, amount) in &payments[start..end] {
-            if !term.still_leader() {
-                return Err(JobError::LostLeadership);
-            }
+            term.ensure_leader()?;
             if pause != 0 {
                 // Python's `time.sleep` refuses a negative pause when it is first taken.
                 if pause < 0 {

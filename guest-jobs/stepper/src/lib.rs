@@ -4,6 +4,8 @@
 //! waiting (the run waits for its inputs, open, between runs). Its schedule fires once a year,
 //! so a host runs the current period at once.
 
+use std::time::Duration;
+
 use leasehold_guest::prelude::*;
 
 struct Stepper;
@@ -12,7 +14,7 @@ impl Guest for Stepper {
     fn describe() -> JobSpec {
         spec("stepper")
             .schedule("0 0 0 1 1 *")
-            .max_step_millis(120_000)
+            .max_step_time(Duration::from_secs(120))
             .build()
     }
 
@@ -27,9 +29,7 @@ impl Guest for Stepper {
             return Err(JobError::NotReady(format!("{gate} is not there yet")));
         }
         while std::fs::metadata(&gate).is_err() {
-            if !term.still_leader() {
-                return Err(JobError::LostLeadership);
-            }
+            term.ensure_leader()?;
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         if step == 2 {

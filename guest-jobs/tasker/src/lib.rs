@@ -13,6 +13,8 @@
 //! - `cpu`: rounds of a CPU-bound loop (benchmarks);
 //! - `fail`: task ids that trap (panic with `task <id> exploded`) on every attempt.
 
+use std::time::Duration;
+
 use leasehold_guest::fan_out::{Guest, Task};
 use leasehold_guest::prelude::*;
 use leasehold_guest::{state, store, tasks};
@@ -52,7 +54,7 @@ impl Guest for Tasker {
     fn describe() -> JobSpec {
         spec("tasker")
             .schedule("0 0 0 1 1 *")
-            .max_step_millis(60_000)
+            .max_step_time(Duration::from_secs(60))
             .build()
     }
 
@@ -62,9 +64,7 @@ impl Guest for Tasker {
         step: u32,
         _state: Option<Vec<u8>>,
     ) -> Result<StepOutcome, JobError> {
-        if !term.still_leader() {
-            return Err(JobError::LostLeadership);
-        }
+        term.ensure_leader()?;
         let config = config()?;
         let n = config.tasks.unwrap_or(8);
         if step == 0 {
@@ -119,9 +119,7 @@ impl Guest for Tasker {
         let start = std::time::Instant::now();
         let mut ticks = 0u64;
         while start.elapsed().as_millis() < u128::from(work.spin_ms) {
-            if !term.still_leader() {
-                return Err(JobError::LostLeadership);
-            }
+            term.ensure_leader()?;
             if work.write_every_ms > 0
                 && start.elapsed().as_millis() >= u128::from(ticks * work.write_every_ms)
             {

@@ -3,8 +3,8 @@
 //!
 //! Every scaffold carries the job world this binary loads (`wit/job.wit`); the Rust one also
 //! carries the guest SDK (`leasehold-guest/`, the same crate as `guest-jobs/sdk`), so it builds
-//! outside this repository with nothing but crates.io. The templates live in
-//! `cli/templates/` and are compiled into the binary; `{{name}}` stands for the job's name.
+//! outside this repository with nothing but crates.io. The templates live in `templates/` at
+//! the repository's root and are compiled into the binary; `{{name}}` stands for the job's name.
 
 use std::path::{Path, PathBuf};
 
@@ -17,26 +17,43 @@ const WORLD: &str = include_str!("../../../wit/job.wit");
 
 /// Files of the Python scaffold: path in the project → template.
 const PYTHON: &[(&str, &str)] = &[
-    ("app.py", include_str!("templates/python/app.py")),
-    ("README.md", include_str!("templates/python/README.md")),
+    ("app.py", include_str!("../../../templates/python/app.py")),
+    (
+        "README.md",
+        include_str!("../../../templates/python/README.md"),
+    ),
 ];
 
 /// Files of the Rust scaffold: path in the project → template.
 const RUST: &[(&str, &str)] = &[
-    ("Cargo.toml", include_str!("templates/rust/Cargo.toml")),
+    (
+        "Cargo.toml",
+        include_str!("../../../templates/rust/Cargo.toml"),
+    ),
     (
         ".cargo/config.toml",
-        include_str!("templates/rust/config.toml"),
+        include_str!("../../../templates/rust/config.toml"),
     ),
-    ("src/lib.rs", include_str!("templates/rust/lib.rs")),
-    ("README.md", include_str!("templates/rust/README.md")),
+    ("src/lib.rs", include_str!("../../../templates/rust/lib.rs")),
+    (
+        "README.md",
+        include_str!("../../../templates/rust/README.md"),
+    ),
     (
         "leasehold-guest/Cargo.toml",
-        include_str!("templates/rust/sdk-Cargo.toml"),
+        include_str!("../../../templates/rust/sdk-Cargo.toml"),
     ),
     (
         "leasehold-guest/src/lib.rs",
         include_str!("../../../guest-jobs/sdk/src/lib.rs"),
+    ),
+    (
+        "leasehold-guest/src/job.rs",
+        include_str!("../../../guest-jobs/sdk/src/job.rs"),
+    ),
+    (
+        "leasehold-guest/wit/job.wit",
+        include_str!("../../../guest-jobs/sdk/wit/job.wit"),
     ),
     (
         "leasehold-guest/src/error.rs",
@@ -56,9 +73,6 @@ const RUST: &[(&str, &str)] = &[
     ),
 ];
 
-/// Where the SDK finds the world in this repository, and in a scaffold (its own `wit/`).
-const SDK_WORLD_PATH: (&str, &str) = ("path: \"../../wit\"", "path: \"wit\"");
-
 /// Creates `dir` (which must not exist) with a job named `name` in `lang`; returns the files
 /// written.
 pub(crate) fn scaffold(lang: Lang, name: &str, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
@@ -75,8 +89,9 @@ pub(crate) fn scaffold(lang: Lang, name: &str, dir: &Path) -> anyhow::Result<Vec
     }
     .iter()
     .map(|(path, text)| {
-        let text = if path.starts_with("leasehold-guest/src/") {
-            text.replace(SDK_WORLD_PATH.0, SDK_WORLD_PATH.1)
+        // The SDK is copied as it is (it carries its own copy of the world, `wit/job.wit`).
+        let text = if path.starts_with("leasehold-guest/") {
+            text.to_string()
         } else {
             text.replace("{{name_snake}}", &name.replace('-', "_"))
                 .replace("{{name}}", name)
@@ -85,9 +100,6 @@ pub(crate) fn scaffold(lang: Lang, name: &str, dir: &Path) -> anyhow::Result<Vec
     })
     .collect();
     files.push(("wit/job.wit".into(), WORLD.to_string()));
-    if lang == Lang::Rust {
-        files.push(("leasehold-guest/wit/job.wit".into(), WORLD.to_string()));
-    }
     let mut written = Vec::new();
     for (path, text) in files {
         let path = dir.join(path);

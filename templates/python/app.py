@@ -36,13 +36,28 @@ INPUT = "/data/input.csv"
 
 class WitWorld(wit_world.WitWorld):
     def describe(self) -> JobSpec:
-        # Zero means "the host's default" for every limit and policy field.
+        # Zero means "the host's default" for every limit and policy field; durations are in
+        # milliseconds.
         return JobSpec(
             name="{{name}}",
             schedule="0 0 2 * * *",  # sec min hour day month weekday: 02:00:00 daily
             time_zone="UTC",
-            limits=Limits(0, 0, 0, 0, 0),
-            policies=Policies(CatchUp.LATEST, 0, 0, 0, 0, Overlap.QUEUE, 0),
+            limits=Limits(
+                max_memory_bytes=0,
+                max_step_millis=0,
+                max_write_bytes=0,
+                max_stored_keys=0,
+                max_stored_bytes=0,
+            ),
+            policies=Policies(
+                catch_up=CatchUp.LATEST,
+                catch_up_window_millis=0,
+                retry_attempts=0,
+                retry_backoff_millis=0,
+                retry_max_backoff_millis=0,
+                overlap=Overlap.QUEUE,
+                max_run_millis=0,
+            ),
         )
 
     def run_step(self, term, run, step, state):

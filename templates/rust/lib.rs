@@ -3,10 +3,9 @@
 //! Each run counts the lines of `/data/input.csv` (`<data-dir>/{{name}}/input.csv` on the
 //! host), `CHUNK` lines per step: the count so far travels in the checkpoint, so a run resumed
 //! on another replica carries on from the last completed step. The result is written, fenced,
-//! under `count/<period>`.
+//! under `count/<period>`. A step runs only while its term leads (the SDK checks first).
 
 use leasehold_guest::prelude::*;
-use leasehold_guest::{state, store};
 
 /// Lines per step.
 const CHUNK: usize = 1000;
@@ -19,10 +18,12 @@ struct Progress {
     count: u64,
 }
 
-struct Job;
+struct LineCount;
 
-impl Guest for Job {
-    fn describe() -> JobSpec {
+impl Job for LineCount {
+    type State = Progress;
+
+    fn spec() -> JobSpec {
         // Every limit and policy left unset is the host's default.
         spec("{{name}}")
             .schedule("0 0 2 * * *")
@@ -30,26 +31,15 @@ impl Guest for Job {
             .build()
     }
 
-    fn run_step(
-        term: &Term,
-        run: RunInfo,
-        _step: u32,
-        state: Option<Vec<u8>>,
-    ) -> Result<StepOutcome, JobError> {
+    fn step(_term: &Term, run: &RunInfo, progress: &mut Progress) -> Result<Next, JobError> {
         // Not there yet: the host calls this step again later.
         let text = std::fs::read_to_string(INPUT)
             .map_err(|e| JobError::NotReady(format!("{INPUT}: {e}")))?;
         let lines: Vec<&str> = text.lines().collect();
-        let mut progress: Progress = state::load(state)?;
         if progress.next >= lines.len() {
-            store::write(
-                &format!("count/{}", run.period),
-                progress.count.to_string().as_bytes(),
-            )?;
-            return Ok(StepOutcome::Done);
-        }
-        if !term.still_leader() {
-            return Err(JobError::LostLeadership);
+            let count = progress.count.to_string();
+            leasehold_guest::store::write(&format!("count/{}", run.period), count.as_bytes())?;
+            return Ok(Next::Done);
         }
         let end = (progress.next + CHUNK).min(lines.len());
         progress.count += lines[progress.next..end]
@@ -57,8 +47,8 @@ impl Guest for Job {
             .filter(|l| !l.trim().is_empty())
             .count() as u64;
         progress.next = end;
-        state::save(&progress)
+        Ok(Next::Continue)
     }
 }
 
-leasehold_guest::export!(Job);
+leasehold_guest::job!(LineCount);
