@@ -106,6 +106,45 @@ async fn a_python_scaffold_builds_and_passes_check() {
             Duration::from_secs(180),
         );
         assert_checks(&dir.join("tally.wasm"), "tally");
+
+        // A describe() that raises: check names the guest's own exception, not only a wasm
+        // backtrace.
+        let app = dir.join("app.py");
+        let text = std::fs::read_to_string(&app).unwrap();
+        let broken = text.replacen(
+            "    def describe(self) -> JobSpec:\n",
+            "    def describe(self) -> JobSpec:\n        raise TypeError(\"describe broken on purpose\")\n",
+            1,
+        );
+        assert_ne!(broken, text, "the template's describe() was not found");
+        std::fs::write(&app, broken).unwrap();
+        let mut build = Command::new(componentize_py());
+        build.current_dir(&dir).args([
+            "-d",
+            "wit/job.wit",
+            "-w",
+            "job",
+            "componentize",
+            "app",
+            "-o",
+            "broken.wasm",
+        ]);
+        succeed("componentize-py on the broken app", build, Duration::from_secs(180));
+        let out = run_leasehold_within(
+            &[Path::new("check"), &dir.join("broken.wasm")],
+            Duration::from_secs(180),
+        );
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!out.status.success(), "a describe() that raises passed check: {said}");
+        assert!(
+            said.contains("describe() failed")
+                && said.contains("TypeError: describe broken on purpose"),
+            "check does not show the guest's exception: {said}"
+        );
     })
     .await;
 }

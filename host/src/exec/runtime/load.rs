@@ -220,12 +220,22 @@ impl Runtime {
             step_time: Duration::from_secs(5),
             ..Limits::default()
         };
-        let (state, _stderr) = HostState::new(&limits, self.host_limits.counts, 0, None)?;
+        let (state, stderr) = HostState::new(&limits, self.host_limits.counts, 0, None)?;
         let _slot = self.slot().await;
         let mut store = self.store(state);
         let call = pre.describe(&mut store);
         match tokio::time::timeout(limits.step_time, call).await {
-            Ok(r) => Ok(r?),
+            Ok(Ok(spec)) => Ok(spec),
+            // A trap's message is a wasm backtrace; the guest's own explanation (a Python
+            // exception, a Rust panic message) is on its stderr, as for a failed step.
+            Ok(Err(e)) => {
+                let tail = stderr.tail();
+                if tail.is_empty() {
+                    Err(e.into())
+                } else {
+                    anyhow::bail!("{e}; the job's last stderr lines:\n{tail}")
+                }
+            }
             Err(_) => anyhow::bail!(
                 "did not return within {}",
                 crate::units::show(limits.step_time)
