@@ -83,28 +83,32 @@ async fn a_rust_scaffold_builds_and_passes_check() {
     .await;
 }
 
+/// Builds the Python scaffold in `dir` into `out` with the command its README gives.
+fn componentize(dir: &Path, out: &str) {
+    let mut build = Command::new(componentize_py());
+    build.current_dir(dir).args([
+        "-d",
+        "wit/job.wit",
+        "-w",
+        "job",
+        "componentize",
+        "app",
+        "-o",
+        out,
+    ]);
+    succeed(
+        &format!("componentize-py on the scaffold into {out}"),
+        build,
+        Duration::from_secs(180),
+    );
+}
+
 #[tokio::test]
 async fn a_python_scaffold_builds_and_passes_check() {
     deadline(Duration::from_secs(300), async {
         let tmp = TempDir::new("new-python");
         let dir = scaffold(&tmp, "python", "tally");
-        // The build command the scaffold's README gives.
-        let mut build = Command::new(componentize_py());
-        build.current_dir(&dir).args([
-            "-d",
-            "wit/job.wit",
-            "-w",
-            "job",
-            "componentize",
-            "app",
-            "-o",
-            "tally.wasm",
-        ]);
-        succeed(
-            "componentize-py on the scaffold",
-            build,
-            Duration::from_secs(180),
-        );
+        componentize(&dir, "tally.wasm");
         assert_checks(&dir.join("tally.wasm"), "tally");
 
         // A describe() that raises: check names the guest's own exception, not only a wasm
@@ -118,18 +122,7 @@ async fn a_python_scaffold_builds_and_passes_check() {
         );
         assert_ne!(broken, text, "the template's describe() was not found");
         std::fs::write(&app, broken).unwrap();
-        let mut build = Command::new(componentize_py());
-        build.current_dir(&dir).args([
-            "-d",
-            "wit/job.wit",
-            "-w",
-            "job",
-            "componentize",
-            "app",
-            "-o",
-            "broken.wasm",
-        ]);
-        succeed("componentize-py on the broken app", build, Duration::from_secs(180));
+        componentize(&dir, "broken.wasm");
         let out = run_leasehold_within(
             &[Path::new("check"), &dir.join("broken.wasm")],
             Duration::from_secs(180),
