@@ -227,8 +227,8 @@ async fn a_host_serves_http_and_its_other_jobs_while_a_large_job_compiles() {
         std::fs::copy(&wasm, jobs.join("settlement.wasm")).unwrap();
         // A second version of it under another name: two compiles of seconds each, so the
         // window in which something still compiles outlasts the ticker's first run even on a
-        // loaded machine. The host loads two files at a time in name order: `settlement` and
-        // `ticker` first, then `twin` (job settlement-b) once the ticker is loaded.
+        // loaded machine. The host loads two files at a time, smallest first: `ticker` and one
+        // settlement version, then the other once the ticker is loaded.
         let bytes = std::fs::read(&wasm).unwrap();
         std::fs::write(
             jobs.join("twin.wasm"),

@@ -121,6 +121,22 @@ pub(crate) struct Scan {
     pub compiling: Vec<PathBuf>,
 }
 
+/// A load's place among the [`LOADS_AT_ONCE`]: however the load ends (done, failed, or
+/// aborted because its file changed or went away), the place is given back first and then the
+/// node is woken ([`JobsDir::loaded`]), so a file waiting for a place is started by the next
+/// scan instead of at the next rescan.
+struct LoadSlot {
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    loaded: Arc<tokio::sync::Notify>,
+}
+
+impl Drop for LoadSlot {
+    fn drop(&mut self) {
+        drop(self.permit.take());
+        self.loaded.notify_one();
+    }
+}
+
 /// The watched jobs directory.
 pub(crate) struct JobsDir {
     dir: PathBuf,
@@ -180,7 +196,7 @@ impl JobsDir {
         // Loads start smallest component first, so small jobs are served while a large one
         // still compiles; the permit is taken here, in that order, not by the spawned task.
         let mut by_size: Vec<&(PathBuf, Fingerprint)> = listed.iter().collect();
-        by_size.sort_by_key(|(path, fp)| (fp.component.len, path.clone()));
+        by_size.sort_by(|(a, fa), (b, fb)| (fa.component.len, a).cmp(&(fb.component.len, b)));
         for (path, fp) in by_size {
             let fresh = || FileState {
                 fingerprint: *fp,
@@ -214,17 +230,18 @@ impl JobsDir {
                     continue;
                 }
                 let Ok(permit) = self.loads.clone().try_acquire_owned() else {
-                    // Waiting for a load to finish; that load's end wakes a scan.
+                    // Waiting for a load to end; its slot's release wakes a scan.
                     scan.compiling.push(path.clone());
                     continue;
                 };
+                let slot = LoadSlot {
+                    permit: Some(permit),
+                    loaded: self.loaded.clone(),
+                };
                 let (runtime, file) = (runtime.clone(), path.clone());
-                let loaded = self.loaded.clone();
                 state.loading = Some(tokio::spawn(async move {
-                    let _permit = permit;
-                    let result = runtime.load(&file).await;
-                    loaded.notify_one();
-                    result
+                    let _slot = slot;
+                    runtime.load(&file).await
                 }));
                 scan.compiling.push(path.clone());
                 continue;
