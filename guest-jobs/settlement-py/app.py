@@ -6,9 +6,13 @@ per payment that stands in for a slow ledger (tests use it to kill a leader mid-
 
 Each step settles the next ``CHUNK`` payments into per-merchant totals, which travel in the
 checkpoint (JSON), so a run resumed on another replica carries on where the last completed
-step stopped. The last step records one payout per merchant with ``store.create`` under the
-idempotency key ``payout/<period>/<merchant>`` (a re-executed step never pays twice) and writes
-the export ``export/<period>`` with ``store.write``.
+step stopped. The last step records one payout per merchant, never twice when it is
+re-executed: in PostgreSQL when the host grants the job a database named ``ledger`` (sidecar
+``[sql.databases] ledger = "..."``): rows of ``settlement_payouts`` (``ledger.sql`` beside this
+file), all in one transaction the database fences with the term's token, inserted with
+``ON CONFLICT DO NOTHING``; otherwise with ``store.create`` under the idempotency key
+``payout/<period>/<merchant>``. Then it writes the export ``export/<period>`` with
+``store.write``.
 
 A line that does not parse raises ``ValueError``: uncaught, it fails the step, and the
 traceback's last lines are in the run's record (``leasehold runs settlement``).
@@ -20,7 +24,14 @@ import time
 
 import wit_world
 from componentize_py_types import Err
-from wit_world.imports import log, store
+from wit_world.imports import log, sql, store
+from wit_world.imports.sql import (
+    SqlError_Fenced,
+    SqlError_NotGranted,
+    SqlError_NotLeader,
+    Value_Int,
+    Value_Text,
+)
 from wit_world.imports.store import WriteError_Fenced, WriteError_NotLeader
 from wit_world.imports.types import (
     CatchUp,
@@ -92,6 +103,37 @@ def create(key, value):
         raise Err(JobError_Failed(f"recording {key}: {e.value}"))
 
 
+def book_in_ledger(term, run, totals):
+    """Books every payout in the ``ledger`` database in one fenced transaction: the number of
+    new rows, or None when the host grants no such database."""
+    try:
+        tx = sql.begin("ledger")
+    except Err as e:
+        if isinstance(e.value, SqlError_NotGranted):
+            return None
+        raise sql_error("opening the ledger", e)
+    created = 0
+    try:
+        for merchant in sorted(totals):
+            created += tx.execute(
+                "INSERT INTO settlement_payouts (period, merchant, amount_cents, token) "
+                "VALUES ($1, $2, $3, $4) ON CONFLICT (period, merchant) DO NOTHING",
+                [Value_Text(run.period), Value_Text(merchant), Value_Int(totals[merchant]),
+                 Value_Int(term.token())])
+        sql.Transaction.commit(tx)
+    except Err as e:
+        raise sql_error("booking the payouts", e)
+    return created
+
+
+def sql_error(doing, e):
+    """A failed sql call as the step's error: a newer term ends the step, anything else fails
+    the attempt (a lost COMMIT reply included: the retry's ON CONFLICT finds what landed)."""
+    if isinstance(e.value, (SqlError_Fenced, SqlError_NotLeader)):
+        return lost_leadership()
+    return Err(JobError_Failed(f"{doing}: {e.value}"))
+
+
 class WitWorld(wit_world.WitWorld):
     def describe(self) -> JobSpec:
         return JobSpec(
@@ -136,12 +178,14 @@ class WitWorld(wit_world.WitWorld):
         return StepOutcome_Continue(json.dumps(progress, sort_keys=True).encode())
 
     def finish(self, term, run, totals, count):
-        created = 0
-        for merchant in sorted(totals):
-            key = f"payout/{run.period}/{merchant}"
-            value = f"{totals[merchant]} token={term.token()} attempt={run.attempt}"
-            if create(key, value.encode()):
-                created += 1
+        created = book_in_ledger(term, run, totals)
+        if created is None:
+            created = 0
+            for merchant in sorted(totals):
+                key = f"payout/{run.period}/{merchant}"
+                value = f"{totals[merchant]} token={term.token()} attempt={run.attempt}"
+                if create(key, value.encode()):
+                    created += 1
         lines = [f"settlement {run.period}: {count} payments, {len(totals)} merchants"]
         lines += [f"{merchant} {totals[merchant]}" for merchant in sorted(totals)]
         lines.append(f"total {sum(totals.values())}")

@@ -5,7 +5,7 @@
 //! cargo bench --bench leasehold -- --only failover   # one section (failover, handover,
 //!                                                    # write, batch, guest, recon, scale,
 //!                                                    # fast, scale10k, cluster, tasks,
-//!                                                    # fanout, cold, python)
+//!                                                    # fanout, cold, python, sql)
 //! cargo bench --bench leasehold -- --trials 5 --rows 200000 --jobs 300 --quiet-secs 60
 //! ```
 //!
@@ -32,6 +32,8 @@ mod cluster;
 mod fanout;
 #[path = "leasehold/scale.rs"]
 mod scale;
+#[path = "leasehold/sql.rs"]
+mod sql;
 
 /// The `leasehold` binary built with this benchmark (the release profile under `cargo bench`).
 const LEASEHOLD: &str = env!("CARGO_BIN_EXE_leasehold");
@@ -1001,7 +1003,12 @@ async fn main() {
     let o = options();
     leasehold::store::install_tls_provider();
     let want = |name: &str| o.only.as_deref().is_none_or(|only| only == name);
-    let guests = guests();
+    // The sql rows need no guest: `--only sql` builds none.
+    let guests = if o.only.as_deref() == Some("sql") {
+        PathBuf::new()
+    } else {
+        guests()
+    };
     let mut rows = Vec::new();
     let started = Instant::now();
     if want("failover") {
@@ -1045,6 +1052,9 @@ async fn main() {
     }
     if want("python") {
         python(&guests, &mut rows).await;
+    }
+    if want("sql") {
+        sql::sql(&mut rows).await;
     }
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!();

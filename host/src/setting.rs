@@ -50,6 +50,14 @@ pub enum Setting {
     RedisUrl,
     /// `--task-slots`.
     TaskSlots,
+    /// `--database`.
+    Database,
+    /// `--max-statement-time`.
+    MaxStatementTime,
+    /// `--http-allow`.
+    HttpAllow,
+    /// `--max-http-timeout`.
+    MaxHttpTimeout,
 }
 
 impl Setting {
@@ -77,6 +85,10 @@ impl Setting {
             Setting::Capacity => "capacity",
             Setting::RedisUrl => "redis-url",
             Setting::TaskSlots => "task-slots",
+            Setting::Database => "database",
+            Setting::MaxStatementTime => "max-statement-time",
+            Setting::HttpAllow => "http-allow",
+            Setting::MaxHttpTimeout => "max-http-timeout",
         }
     }
 }

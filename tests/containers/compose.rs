@@ -46,6 +46,28 @@ impl Deploy {
         self
     }
 
+    /// Adds `billing-pg`: the billing component under another name, granted the compose file's
+    /// `ledger` database (its charges are booked in PostgreSQL's `billing_charges`), with the
+    /// same customers and `ms` of delay per customer.
+    pub(crate) fn with_billing_pg(self, ms: u64) -> Self {
+        let jobs = self.jobs();
+        std::fs::copy(jobs.join("billing.wasm"), jobs.join("billing-pg.wasm")).unwrap();
+        std::fs::write(
+            jobs.join("billing-pg.toml"),
+            "name = \"billing-pg\"\n[sql.databases]\nledger = \"ledger\"\n",
+        )
+        .unwrap();
+        let data = self.dir.join("data");
+        std::fs::create_dir_all(data.join("billing-pg")).unwrap();
+        std::fs::copy(
+            data.join("billing/customers.csv"),
+            data.join("billing-pg/customers.csv"),
+        )
+        .unwrap();
+        std::fs::write(data.join("billing-pg/delay-ms"), ms.to_string()).unwrap();
+        self
+    }
+
     /// Makes billing pause `ms` per customer (its `delay-ms` input), so that a run lasts.
     pub(crate) fn with_billing_delay(self, ms: u64) -> Self {
         std::fs::write(self.dir.join("data/billing/delay-ms"), ms.to_string()).unwrap();
@@ -89,7 +111,7 @@ impl Compose {
             deploy,
         };
         c.compose(&["up", "-d", "--no-build"]);
-        for service in ["redis", "node-a", "node-b", "node-c"] {
+        for service in ["redis", "postgres", "node-a", "node-b", "node-c"] {
             c.healthy(service).await;
         }
         c
@@ -222,6 +244,23 @@ impl Compose {
                 .get_multiplexed_async_connection()
                 .await
                 .ok()
+        })
+        .await
+    }
+
+    /// A connection to the project's PostgreSQL as its owner (the compose file's default
+    /// password), waiting up to 30 s for it to answer.
+    pub(crate) async fn postgres(&self) -> tokio_postgres::Client {
+        let url = format!(
+            "postgres://postgres:leasehold-admin@{}:5432/leasehold",
+            self.ip("postgres")
+        );
+        wait_for("the compose postgres", Duration::from_secs(30), || async {
+            let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .ok()?;
+            tokio::spawn(conn);
+            Some(client)
         })
         .await
     }

@@ -1,6 +1,6 @@
 //! The container tier: the repository's own `docker-compose.yml` (with
-//! `docker-compose.local.yml` swapping in the locally made images) brought up for real — Redis
-//! and three replicas in containers on the compose network — and faults made with Docker:
+//! `docker-compose.local.yml` swapping in the locally made images) brought up for real — Redis,
+//! PostgreSQL and three replicas in containers on the compose network — and faults made with Docker:
 //! `docker kill`, `docker pause`, `docker network disconnect`, a Redis restart. Each fault is
 //! checked against the history Redis applied, with the same checker as the process tests.
 //!
@@ -16,6 +16,8 @@
 
 // The compose project of a test and its deployment directory.
 mod compose;
+// The compose file's PostgreSQL: a ledger booked across a kill and a pause.
+mod ledger;
 // README "Compose quick start", run as written.
 mod quick_start;
 // Rolling upgrades: a job replaced mid-run, the replicas restarted one after another.

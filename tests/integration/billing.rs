@@ -1,16 +1,30 @@
 //! The billing guest between real replicas: each customer is charged exactly once per period,
 //! through a crash of the leader mid-step and through a frozen leader that wakes as a zombie.
-//! The proof is the history Redis applied (see [`crate::history`]): exactly one applied write per
-//! charge key, all of them fenced, and one `done` record for the period.
+//! With charges in the store, the proof is the history Redis applied (see [`crate::history`]):
+//! exactly one applied write per charge key, all of them fenced, and one `done` record for the
+//! period. With charges booked in PostgreSQL (the sample's `ledger` database), it is the
+//! database's own record: one row per customer, and in commit order the rows' tokens never go
+//! back.
 
 use std::time::Duration;
 
 use redis::AsyncCommands;
 
+use leasehold_harness::PgServer;
+
 use crate::harness::{
     HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, deploy_billing, run_records, wait_for,
 };
 use crate::history::Recorder;
+
+/// Where the replicas book the charges.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sink {
+    /// `store.create` under an idempotency key.
+    Store,
+    /// The `billing_charges` table of a `ledger` database (`guest-jobs/billing/ledger.sql`).
+    Postgres,
+}
 
 /// Customers billed per run (four steps of 50).
 const CUSTOMERS: usize = 200;
@@ -20,16 +34,41 @@ struct Billing {
     redis: RedisServer,
     hosts: Vec<HostProcess>,
     recorder: Recorder,
+    /// The ledger database, when charges are booked there.
+    pg: Option<PgServer>,
 }
 
 impl Billing {
     /// Three replicas billing 200 customers, 10 ms per charge (a step takes about half a
     /// second, long enough to be interrupted).
-    async fn start(name: &str) -> Self {
+    async fn start(name: &str, sink: Sink) -> Self {
         let redis = RedisServer::start().await;
         let dir = TempDir::new(name);
         let (jobs, data) = deploy_billing(dir.path(), CUSTOMERS);
         std::fs::write(data.join("billing/delay-ms"), "10").unwrap();
+        let mut args = vec!["--data-dir".to_string(), data.to_str().unwrap().to_string()];
+        let pg = match sink {
+            Sink::Store => None,
+            Sink::Postgres => {
+                let pg = crate::sql::initialised(&["billing"]).await;
+                pg.exec(include_str!("../../guest-jobs/billing/ledger.sql"))
+                    .await;
+                pg.exec(&format!(
+                    "GRANT SELECT, INSERT ON billing_charges TO {}",
+                    crate::sql::ROLE
+                ))
+                .await;
+                std::fs::write(
+                    jobs.join("billing.toml"),
+                    "[sql.databases]\nledger = \"ledger\"\n",
+                )
+                .unwrap();
+                args.push("--database".into());
+                args.push(format!("ledger={}", pg.url(crate::sql::ROLE)));
+                Some(pg)
+            }
+        };
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let recorder = Recorder::start(&redis).await;
         let hosts = (0..3)
             .map(|i| {
@@ -39,7 +78,7 @@ impl Billing {
                     &jobs,
                     &format!("n{i}"),
                     ("2s", "500ms"),
-                    &["--data-dir", data.to_str().unwrap()],
+                    &args,
                 )
             })
             .collect();
@@ -48,7 +87,48 @@ impl Billing {
             redis,
             hosts,
             recorder,
+            pg,
         }
+    }
+
+    /// The key whose appearance shows that customer c0060 (in step 1) has been charged.
+    async fn charged_c0060(&self, period: &str) -> bool {
+        match &self.pg {
+            None => {
+                let key = format!("lh:{{billing}}:data:charge/{period}/c0060");
+                let v: Option<String> = self.redis.conn().await.get(&key).await.unwrap();
+                v.is_some()
+            }
+            Some(pg) => !pg
+                .admin()
+                .await
+                .unwrap()
+                .query(
+                    "SELECT 1 FROM billing_charges WHERE period = $1 AND customer = 'c0060'",
+                    &[&period],
+                )
+                .await
+                .unwrap()
+                .is_empty(),
+        }
+    }
+
+    /// The ledger's rows for `period` in commit order: (customer, token).
+    async fn ledger_rows(&self, period: &str) -> Vec<(String, i64)> {
+        let pg = self.pg.as_ref().expect("a ledger database");
+        pg.admin()
+            .await
+            .unwrap()
+            .query(
+                "SELECT customer, token FROM billing_charges WHERE period = $1 \
+                 ORDER BY pg_xact_commit_timestamp(xmin), customer",
+                &[&period],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect()
     }
 
     /// The leader once it is in the middle of step 1 (customer c0060 charged), and the period.
@@ -65,19 +145,26 @@ impl Billing {
             },
         )
         .await;
-        let key = format!("lh:{{billing}}:data:charge/{period}/c0060");
         wait_for(
             "the leader to be inside step 1",
             Duration::from_secs(60),
-            || async {
-                let v: Option<String> = self.redis.conn().await.get(&key).await.unwrap();
-                v.map(|_| ())
-            },
+            || async { self.charged_c0060(&period).await.then_some(()) },
         )
         .await;
+        // The lease's holder, not the first host that logged a step: balancing may have handed
+        // the run to the job's preferred member after step 0, and hand-overs happen only between
+        // steps, so whoever holds the lease while step 1 writes is the one writing it.
+        let owner: String = self
+            .redis
+            .conn()
+            .await
+            .get("lh:{billing}:lease")
+            .await
+            .unwrap();
+        let node = owner.split(':').next().unwrap();
         let leader = (0..3)
-            .find(|i| !self.hosts[*i].log_lines_with("\"step done\"").is_empty())
-            .expect("a host finished step 0");
+            .find(|i| format!("n{i}") == node)
+            .unwrap_or_else(|| panic!("the lease is held by {owner:?}, not one of the hosts"));
         (leader, period)
     }
 
@@ -98,18 +185,37 @@ impl Billing {
         .await;
         let history = self.recorder.check().unwrap_or_else(|v| panic!("{v}"));
         assert_eq!(history.done_records("billing", period).len(), 1);
-        let prefix = format!("lh:{{billing}}:data:charge/{period}/");
-        let mut charges: Vec<&str> = history
-            .applied
-            .iter()
-            .filter(|a| a.key.starts_with(&prefix) && !a.value.is_empty())
-            .map(|a| a.key.as_str())
-            .collect();
-        charges.sort();
-        let total = charges.len();
-        charges.dedup();
-        assert_eq!(charges.len(), CUSTOMERS, "every customer charged");
-        assert_eq!(total, CUSTOMERS, "no customer charged twice");
+        if self.pg.is_some() {
+            let rows = self.ledger_rows(period).await;
+            let mut customers: Vec<&str> = rows.iter().map(|(c, _)| c.as_str()).collect();
+            customers.sort();
+            customers.dedup();
+            assert_eq!(customers.len(), CUSTOMERS, "every customer charged");
+            assert_eq!(rows.len(), CUSTOMERS, "no customer charged twice");
+            // Commit order is token order: no row of an older term after one of a newer term.
+            let tokens: Vec<i64> = rows.iter().map(|(_, t)| *t).collect();
+            assert!(
+                tokens.windows(2).all(|w| w[0] <= w[1]),
+                "a token went back in commit order: {tokens:?}"
+            );
+            assert!(
+                tokens.first() < tokens.last(),
+                "one term booked every charge: the fault changed nothing"
+            );
+        } else {
+            let prefix = format!("lh:{{billing}}:data:charge/{period}/");
+            let mut charges: Vec<&str> = history
+                .applied
+                .iter()
+                .filter(|a| a.key.starts_with(&prefix) && !a.value.is_empty())
+                .map(|a| a.key.as_str())
+                .collect();
+            charges.sort();
+            let total = charges.len();
+            charges.dedup();
+            assert_eq!(charges.len(), CUSTOMERS, "every customer charged");
+            assert_eq!(total, CUSTOMERS, "no customer charged twice");
+        }
         let summary: String = self
             .redis
             .conn()
@@ -135,8 +241,28 @@ impl Billing {
 
 #[tokio::test]
 async fn a_crashed_billing_leader_charges_every_customer_exactly_once() {
+    crashed_leader("billing-crash", Sink::Store).await;
+}
+
+#[tokio::test]
+async fn a_frozen_billing_leader_wakes_as_a_zombie_and_charges_nobody_twice() {
+    frozen_leader("billing-zombie", Sink::Store).await;
+}
+
+#[tokio::test]
+async fn a_crashed_leader_books_every_charge_once_in_the_postgresql_ledger() {
+    crashed_leader("billing-pg-crash", Sink::Postgres).await;
+}
+
+#[tokio::test]
+async fn a_frozen_leader_books_nothing_in_the_postgresql_ledger_after_it_wakes() {
+    frozen_leader("billing-pg-zombie", Sink::Postgres).await;
+}
+
+/// The leader is SIGKILLed inside step 1; a successor re-executes the step from the checkpoint.
+async fn crashed_leader(name: &str, sink: Sink) {
     deadline(Duration::from_secs(180), async {
-        let mut b = Billing::start("billing-crash").await;
+        let mut b = Billing::start(name, sink).await;
         let (leader, period) = b.leader_mid_step().await;
         b.hosts[leader].kill();
         b.assert_billed_once(&period).await;
@@ -160,19 +286,31 @@ async fn a_crashed_billing_leader_charges_every_customer_exactly_once() {
     .await;
 }
 
-#[tokio::test]
-async fn a_frozen_billing_leader_wakes_as_a_zombie_and_charges_nobody_twice() {
+/// The leader is frozen (SIGSTOP) inside step 1 until a successor has finished the run, then
+/// woken: whatever it still tries changes nothing.
+async fn frozen_leader(name: &str, sink: Sink) {
     deadline(Duration::from_secs(180), async {
-        let b = Billing::start("billing-zombie").await;
+        let b = Billing::start(name, sink).await;
         let (leader, period) = b.leader_mid_step().await;
         b.hosts[leader].pause();
         b.assert_billed_once(&period).await;
+        let rows = match sink {
+            Sink::Postgres => Some(b.ledger_rows(&period).await),
+            Sink::Store => None,
+        };
         b.hosts[leader].resume();
         b.hosts[leader]
             .wait_for_log("stopped leading", Duration::from_secs(30))
             .await;
         // Whatever the zombie still tried, nothing it sent after waking was applied.
         b.assert_billed_once(&period).await;
+        if let Some(rows) = rows {
+            assert_eq!(
+                b.ledger_rows(&period).await,
+                rows,
+                "the ledger changed after the zombie woke"
+            );
+        }
     })
     .await;
 }

@@ -35,7 +35,7 @@ fn a_valid_job_prints_its_spec() {
         "memory:     512 MiB",
         "quota:      100000 keys, 256 MiB",
         "component:  sha256:",
-        "world:      leasehold:job@0.4.1 (fan-out-job)",
+        "world:      leasehold:job@0.4.2 (fan-out-job)",
     ] {
         assert!(out.contains(needle), "{needle:?} missing:\n{out}");
     }
@@ -81,7 +81,7 @@ fn bad_files_are_refused_with_the_file_and_the_reason() {
     let (code, _, err) = check(&guests().wasm("otherworld"));
     assert_eq!(code, 1);
     assert!(
-        err.contains("is refused: does not implement the leasehold:job/job@0.4.1 world"),
+        err.contains("is refused: does not implement the leasehold:job/job@0.4.2 world"),
         "{err}"
     );
     // A huge file is refused unread (sparse: it takes no disk space).

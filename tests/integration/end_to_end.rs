@@ -336,6 +336,7 @@ async fn the_demo_tells_the_reference_scenario_and_ends_with_one_report() {
             "took over with token",
             "resumes the run at step",
             "refused — fenced: token",
+            "refused by PostgreSQL itself — ",
             "Exactly one report exists for 2026-11-27",
         ] {
             assert!(

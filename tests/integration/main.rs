@@ -53,6 +53,15 @@ mod history;
 // drop an operator's request or strand a successor's run; a corrupt record blocks nothing.
 mod bookkeeping;
 
+// PostgreSQL under the fence (the `sql` import, a real `postgres` per test): terms serialised by
+// the fence row, every escape from the transaction refused, a frozen, killed or cut-off leader's
+// transaction never landing, a database ahead of Redis's tokens, `leasehold db init`.
+mod sql;
+// Outbound HTTP under the token (`wasi:http`, a fenced receiver in the harness): granted
+// destinations only, the token headers the guest cannot touch, the limits, and a zombie's late
+// request never sent or refused by the receiver.
+mod http;
+
 // A randomized soak: random faults and operator actions against three billing replicas, checked
 // against the applied history (LEASEHOLD_SOAK_ROUNDS, LEASEHOLD_SOAK_SEED; `./dev soak`).
 mod soak;
@@ -93,7 +102,8 @@ mod python;
 // `leasehold new`: the Rust and Python scaffolds build and pass `check`.
 mod scaffold;
 
-// The billing guest through crash and zombie failovers: one charge per customer per period.
+// The billing guest through crash and zombie failovers: one charge per customer per period, in
+// the store or in a PostgreSQL ledger.
 mod billing;
 
 // Operating a host: status, health, metrics, `leasehold status`, the bearer token, the compose

@@ -14,6 +14,7 @@ use crate::harness::{
     run_leasehold, run_records, start_host_with_env, wait_for,
 };
 use crate::history::Recorder;
+use leasehold_harness::TestCa;
 
 /// Parses OpenMetrics text strictly: `# HELP`/`# TYPE`/`# UNIT` lines, samples
 /// `name{label="value",…} number`, and a final `# EOF`. Returns `series → value`; panics
@@ -537,6 +538,24 @@ async fn mutating_endpoints_need_the_token_and_reads_write_nothing() {
     .await;
 }
 
+/// Compose interpolation of `${VAR:-default}`: the default, as an unset variable gets.
+fn with_defaults(v: &str) -> String {
+    let mut out = String::new();
+    let mut rest = v;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let end = rest[start..].find('}').expect("an unclosed ${") + start;
+        let inner = &rest[start + 2..end];
+        let (_, default) = inner
+            .split_once(":-")
+            .unwrap_or_else(|| panic!("${{{inner}}} has no default"));
+        out.push_str(default);
+        rest = &rest[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
 #[test]
 fn the_compose_file_runs_through_the_binarys_config_validation() {
     use yaml_rust2::{Yaml, YamlLoader};
@@ -570,7 +589,7 @@ fn the_compose_file_runs_through_the_binarys_config_validation() {
     };
     let replicas: Vec<_> = all
         .iter()
-        .filter(|(name, _)| name.as_str() != Some("redis"))
+        .filter(|(name, _)| name.as_str().is_some_and(|n| n.starts_with("node-")))
         .collect();
     assert_eq!(replicas.len(), 3);
     for (name, svc) in replicas {
@@ -626,7 +645,7 @@ fn the_compose_file_runs_through_the_binarys_config_validation() {
             let v = if v.starts_with("${LEASEHOLD_HTTP_TOKEN:?") {
                 "token-from-the-operator".to_string()
             } else {
-                v
+                with_defaults(&v)
             };
             assert!(!v.contains("${"), "{name}: uninterpolated {v}");
             cmd.env(k.as_str().unwrap(), v);
@@ -647,6 +666,12 @@ fn the_compose_file_runs_through_the_binarys_config_validation() {
             stdout.contains("redis-url:   redis://redis:6379"),
             "{stdout}"
         );
+        // The compose file's PostgreSQL, the password hidden.
+        assert!(
+            stdout.contains("database:    ledger = postgres://leasehold:"),
+            "{stdout}"
+        );
+        assert!(!stdout.contains("leasehold-jobs"), "{stdout}");
     }
     node_ids.sort();
     node_ids.dedup();
@@ -717,75 +742,14 @@ struct TlsRedis {
     /// The server (its URL is `rediss://127.0.0.1:<port>`).
     server: RedisServer,
     ca: std::path::PathBuf,
-    _dir: TempDir,
+    _ca: TestCa,
 }
 
-/// Makes a CA and a server certificate for 127.0.0.1 with `openssl`, and starts the server.
+/// Makes a CA and a server certificate for 127.0.0.1 ([`TestCa`]), and starts the server.
 async fn tls_redis() -> TlsRedis {
-    let dir = TempDir::new("tls");
-    let openssl = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(&dir.0)
-            .output()
-            .expect("running openssl (apt-get install openssl)");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=leasehold-test-ca",
-    ]);
-    openssl(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=127.0.0.1",
-    ]);
-    std::fs::write(
-        dir.join("san.ext"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
-    )
-    .unwrap();
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.crt",
-        "-days",
-        "2",
-        "-extfile",
-        "san.ext",
-    ]);
+    let ca = TestCa::make();
     // The harness's own start path: a port of its own, retried if another process takes it.
-    let server = RedisServer::start_with(RedisConfig::new().dir(&dir.0).tls().args([
+    let server = RedisServer::start_with(RedisConfig::new().dir(&ca.dir.0).tls().args([
         "--tls-cert-file",
         "server.crt",
         "--tls-key-file",
@@ -798,8 +762,8 @@ async fn tls_redis() -> TlsRedis {
     .await;
     TlsRedis {
         server,
-        ca: dir.join("ca.crt"),
-        _dir: dir,
+        ca: ca.ca.clone(),
+        _ca: ca,
     }
 }
 

@@ -71,30 +71,58 @@ fn deploy(dir: &Path, csv: &str, delay_ms: u64) -> (PathBuf, PathBuf) {
     (jobs, data)
 }
 
-fn start(redis: &RedisServer, jobs: &Path, data: &Path, node: &str) -> HostProcess {
-    HostProcess::start_node(
-        LEASEHOLD,
-        &redis.url(),
-        jobs,
-        node,
-        ("2s", "500ms"),
-        &["--data-dir", data.to_str().unwrap()],
-    )
+fn start(redis: &RedisServer, jobs: &Path, data: &Path, node: &str, extra: &[&str]) -> HostProcess {
+    let mut args = vec!["--data-dir", data.to_str().unwrap()];
+    args.extend(extra);
+    HostProcess::start_node(LEASEHOLD, &redis.url(), jobs, node, ("2s", "500ms"), &args)
 }
 
 #[tokio::test]
 async fn a_python_job_survives_a_kill_of_its_leader_and_settles_once() {
+    killed_leader("python-kill", false).await;
+}
+
+#[tokio::test]
+async fn a_python_job_books_its_payouts_in_postgresql_once_through_a_kill_of_its_leader() {
+    killed_leader("python-pg-kill", true).await;
+}
+
+/// Two replicas settle the day; the leader is SIGKILLed past the first step; the successor
+/// resumes from the checkpoint and pays each merchant once: in the store, or (`ledger`) in a
+/// PostgreSQL ledger, in one transaction under the successor's token.
+async fn killed_leader(name: &str, ledger: bool) {
     deadline(Duration::from_secs(300), async {
         settlement();
         let redis = RedisServer::start().await;
-        let dir = TempDir::new("python-kill");
+        let dir = TempDir::new(name);
         let (csv, totals) = payments_csv();
         // 20 ms a payment: a step of 25 takes about half a second.
         let (jobs, data) = deploy(dir.path(), &csv, 20);
+        let mut extra = Vec::new();
+        let pg = if ledger {
+            let pg = crate::sql::initialised(&["settlement"]).await;
+            pg.exec(include_str!("../../guest-jobs/settlement-py/ledger.sql"))
+                .await;
+            pg.exec(&format!(
+                "GRANT SELECT, INSERT ON settlement_payouts TO {}",
+                crate::sql::ROLE
+            ))
+            .await;
+            std::fs::write(
+                jobs.join("settlement.toml"),
+                "[sql.databases]\nledger = \"ledger\"\n",
+            )
+            .unwrap();
+            extra = vec!["--database".to_string(), format!("ledger={}", pg.url(crate::sql::ROLE))];
+            Some(pg)
+        } else {
+            None
+        };
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
         let recorder = Recorder::start(&redis).await;
         let mut hosts = [
-            start(&redis, &jobs, &data, "py-a"),
-            start(&redis, &jobs, &data, "py-b"),
+            start(&redis, &jobs, &data, "py-a", &extra),
+            start(&redis, &jobs, &data, "py-b", &extra),
         ];
         // The run is in its second step or later: a checkpoint exists and work remains.
         // Its record names the node running it (the log line may not have been read yet).
@@ -141,10 +169,41 @@ async fn a_python_job_survives_a_kill_of_its_leader_and_settles_once() {
             "the successor resumed from the checkpoint instead of starting over"
         );
 
-        // What Redis applied: every write fenced, one `done`, one payout per merchant.
+        // What Redis applied: every write fenced, one `done`.
         let history = recorder.check().unwrap_or_else(|v| panic!("{v}"));
         assert_eq!(history.done_records("settlement", &period).len(), 1);
         let prefix = format!("lh:{{settlement}}:data:payout/{period}/");
+        if let Some(pg) = &pg {
+            // The ledger holds one payout per merchant, all under the successor's token (the
+            // database's fence), and the store none.
+            let admin = pg.admin().await.unwrap();
+            let rows: Vec<(String, i64, i64)> = admin
+                .query(
+                    "SELECT merchant, amount_cents, token FROM settlement_payouts WHERE period = $1 ORDER BY merchant",
+                    &[&period],
+                )
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2)))
+                .collect();
+            let fence: i64 = admin
+                .query_one("SELECT token FROM leasehold.fence WHERE job = 'settlement'", &[])
+                .await
+                .unwrap()
+                .get(0);
+            let expected: Vec<(String, i64, i64)> = totals
+                .iter()
+                .map(|(m, t)| (m.to_string(), *t as i64, fence))
+                .collect();
+            assert_eq!(rows, expected);
+            assert!(
+                !history.applied.iter().any(|a| a.key.starts_with(&prefix)),
+                "a payout went to the store"
+            );
+            return;
+        }
+        // One payout per merchant in the store.
         let mut payouts: Vec<&str> = history
             .applied
             .iter()
@@ -193,7 +252,7 @@ async fn a_python_exception_is_in_the_failed_runs_record() {
         let dir = TempDir::new("python-exception");
         let csv = "payment_id,merchant,amount_cents\np0001,acme,100\np0002,birch,12x\n";
         let (jobs, data) = deploy(dir.path(), csv, 0);
-        let _host = start(&redis, &jobs, &data, "py-a");
+        let _host = start(&redis, &jobs, &data, "py-a", &[]);
         let failed = wait_for(
             "the run to fail on the bad amount",
             Duration::from_secs(120),
@@ -323,7 +382,7 @@ async fn the_python_job_and_its_rust_twin_export_the_same_bytes() {
         std::fs::create_dir_all(data.join("settlement-rs")).unwrap();
         std::fs::write(data.join("settlement-rs/payments.csv"), &csv).unwrap();
         assert!(wasm.exists());
-        let _host = start(&redis, &jobs, &data, "py-a");
+        let _host = start(&redis, &jobs, &data, "py-a", &[]);
         let mut exports = Vec::new();
         for job in ["settlement", "settlement-rs"] {
             let done = wait_for(

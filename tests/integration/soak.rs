@@ -1,12 +1,15 @@
-//! A randomized soak: three real replicas billing customers, each reaching Redis through a
-//! fault proxy of its own, while faults land at random — leaders and followers killed, frozen
+//! A randomized soak: three real replicas billing customers twice over — the `billing` job
+//! charging in the store, its twin `billing-pg` booking in a PostgreSQL ledger — each replica
+//! reaching Redis through a fault proxy of its own, while faults land at random — leaders and followers killed, frozen
 //! past their lease, stopped gracefully and restarted; a host's connections cut off (then
 //! reset) or held (then delivered late, the zombie's writes arriving after its term); Redis
 //! restarted (append-only file, fsync always); the job's file replaced by a new version while
 //! runs are open; operator triggers of new, done and running periods; the job paused and
 //! resumed — checked afterwards against the history Redis applied: the fence never lowered and
 //! no write below it, no bookkeeping write outside a fenced script, every triggered period ends
-//! with exactly one `done` record, and every customer is charged exactly once per period.
+//! with exactly one `done` record, and every customer is charged exactly once per period; and
+//! against the database's own record: one ledger row per customer and period, and in commit
+//! order the rows' tokens never go back.
 //!
 //! A run that a restarted host cannot continue (it started with a component version the host
 //! no longer has) fails with `version-changed`, by design; the soak then triggers the period
@@ -29,6 +32,12 @@ use crate::proxy::{Fault, FaultProxy};
 
 /// Customers billed per period.
 const CUSTOMERS: usize = 200;
+
+/// The jobs billed: in the store, and in the PostgreSQL ledger (the same component).
+const JOBS: [&str; 2] = ["billing", "billing-pg"];
+
+/// Retries come quickly: a fault must not leave a period waiting out the default backoff.
+const RETRY: &str = "[retry]\nattempts = 5\nbackoff = \"100ms\"\nmax-backoff = \"1s\"\n";
 
 /// The `n`th period operators trigger (billing is daily): days from 2025-01-01 on.
 fn period(n: usize) -> String {
@@ -61,6 +70,8 @@ struct Soak {
     dir: TempDir,
     hosts: Vec<HostProcess>,
     proxies: Vec<FaultProxy>,
+    /// `ledger=URL` of the PostgreSQL ledger (not behind the proxies).
+    database: String,
 }
 
 impl Soak {
@@ -72,7 +83,12 @@ impl Soak {
             &self.dir.join("jobs"),
             &format!("n{i}"),
             TIMING,
-            &["--data-dir", data.to_str().unwrap()],
+            &[
+                "--data-dir",
+                data.to_str().unwrap(),
+                "--database",
+                &self.database,
+            ],
         )
     }
 
@@ -81,8 +97,10 @@ impl Soak {
     }
 
     fn job_command(&self, what: &str) {
-        let out = run_leasehold(&[what, "billing", "--redis-url", &self.redis.url()]);
-        assert!(out.status.success(), "leasehold {what} failed");
+        for job in JOBS {
+            let out = run_leasehold(&[what, job, "--redis-url", &self.redis.url()]);
+            assert!(out.status.success(), "leasehold {what} {job} failed");
+        }
     }
 }
 
@@ -106,13 +124,29 @@ async fn random_faults_leave_one_result_per_period_and_one_charge_per_customer()
         let redis = RedisServer::start_with_aof().await;
         let dir = TempDir::new("soak");
         let (jobs, data) = deploy_billing(dir.path(), CUSTOMERS);
-        // Retries come quickly: a fault must not leave a period waiting out the default backoff.
+        std::fs::write(jobs.join("billing.toml"), RETRY).unwrap();
+        std::fs::write(data.join("billing/delay-ms"), "2").unwrap();
+        // The twin: the same component under another name, granted the ledger; its inputs are
+        // the same customers.
+        let pg = crate::sql::initialised(&["billing-pg"]).await;
+        pg.exec(include_str!("../../guest-jobs/billing/ledger.sql"))
+            .await;
+        pg.exec(&format!(
+            "GRANT SELECT, INSERT ON billing_charges TO {}",
+            crate::sql::ROLE
+        ))
+        .await;
+        std::fs::copy(jobs.join("billing.wasm"), jobs.join("billing-pg.wasm")).unwrap();
         std::fs::write(
-            jobs.join("billing.toml"),
-            "[retry]\nattempts = 5\nbackoff = \"100ms\"\nmax-backoff = \"1s\"\n",
+            jobs.join("billing-pg.toml"),
+            format!("name = \"billing-pg\"\n{RETRY}[sql.databases]\nledger = \"ledger\"\n"),
         )
         .unwrap();
-        std::fs::write(data.join("billing/delay-ms"), "2").unwrap();
+        std::fs::create_dir_all(data.join("billing-pg")).unwrap();
+        for file in ["customers.csv", "delay-ms"] {
+            std::fs::copy(data.join("billing").join(file), data.join("billing-pg").join(file))
+                .unwrap();
+        }
         let mut recorders = vec![Recorder::start(&redis).await];
         let mut proxies = Vec::new();
         for _ in 0..3 {
@@ -124,6 +158,7 @@ async fn random_faults_leave_one_result_per_period_and_one_charge_per_customer()
             dir,
             hosts: Vec::new(),
             proxies,
+            database: format!("ledger={}", pg.url(crate::sql::ROLE)),
         };
         for i in 0..3 {
             let h = soak.start_host(i);
@@ -147,7 +182,9 @@ async fn random_faults_leave_one_result_per_period_and_one_charge_per_customer()
                     } else {
                         period(rng.below(triggered.len() as u64) as usize)
                     };
-                    trigger(&soak.redis, "billing", &p);
+                    for job in JOBS {
+                        trigger(&soak.redis, job, &p);
+                    }
                     triggered.insert(p);
                     "trigger"
                 }
@@ -196,9 +233,11 @@ async fn random_faults_leave_one_result_per_period_and_one_charge_per_customer()
                 }
                 9 => {
                     let jobs = soak.dir.join("jobs");
-                    std::fs::write(jobs.join(".billing.tmp"), new_version(&component, &format!("round {round}")))
-                        .unwrap();
-                    std::fs::rename(jobs.join(".billing.tmp"), jobs.join("billing.wasm")).unwrap();
+                    let version = new_version(&component, &format!("round {round}"));
+                    for job in JOBS {
+                        std::fs::write(jobs.join(".billing.tmp"), &version).unwrap();
+                        std::fs::rename(jobs.join(".billing.tmp"), jobs.join(format!("{job}.wasm"))).unwrap();
+                    }
                     "replace-job"
                 }
                 _ => "none",
@@ -211,13 +250,13 @@ async fn random_faults_leave_one_result_per_period_and_one_charge_per_customer()
         // Every period that was asked for ends `done`; one that failed because its version was
         // replaced under it is triggered again, as an operator would.
         let mut reruns = 0;
-        for period in &triggered {
+        for (job, period) in JOBS.iter().flat_map(|j| triggered.iter().map(move |p| (*j, p))) {
             for attempt in 0.. {
                 let record = wait_for(
-                    &format!("period {period} to end (seed {seed})"),
+                    &format!("{job} period {period} to end (seed {seed})"),
                     Duration::from_secs(120),
                     || async {
-                        run_record(&soak.redis, "billing", period)
+                        run_record(&soak.redis, job, period)
                             .await
                             .filter(|r| r["status"] == "done" || r["status"] == "failed")
                     },
@@ -228,15 +267,15 @@ async fn random_faults_leave_one_result_per_period_and_one_charge_per_customer()
                 }
                 assert!(
                     record["failure"] == "version-changed" && attempt < 5,
-                    "period {period} failed (seed {seed}): {record}"
+                    "{job} period {period} failed (seed {seed}): {record}"
                 );
-                trigger(&soak.redis, "billing", period);
+                trigger(&soak.redis, job, period);
                 reruns += 1;
                 wait_for(
-                    &format!("period {period} to be taken up again (seed {seed})"),
+                    &format!("{job} period {period} to be taken up again (seed {seed})"),
                     Duration::from_secs(60),
                     || async {
-                        run_record(&soak.redis, "billing", period)
+                        run_record(&soak.redis, job, period)
                             .await
                             .filter(|r| r["status"] != "failed")
                     },
@@ -250,18 +289,22 @@ async fn random_faults_leave_one_result_per_period_and_one_charge_per_customer()
             let history = recorder.check().unwrap_or_else(|v| {
                 panic!("fencing violated (seed {seed}, Redis lifetime {segment}):\n{v}")
             });
-            for period in &triggered {
-                *done.entry(period.as_str()).or_insert(0) +=
-                    history.done_records("billing", period).len();
+            for job in JOBS {
+                for period in &triggered {
+                    *done.entry((job, period.as_str())).or_insert(0) +=
+                        history.done_records(job, period).len();
+                }
             }
             applied.extend(history.applied);
         }
         let mut charges = 0;
         for period in &triggered {
-            assert_eq!(
-                done[period.as_str()], 1,
-                "period {period}: one done record (seed {seed})"
-            );
+            for job in JOBS {
+                assert_eq!(
+                    done[&(job, period.as_str())], 1,
+                    "{job} period {period}: one done record (seed {seed})"
+                );
+            }
             let prefix = format!("lh:{{billing}}:data:charge/{period}/");
             let mut keys: Vec<&str> = applied
                 .iter()
@@ -275,9 +318,39 @@ async fn random_faults_leave_one_result_per_period_and_one_charge_per_customer()
             assert_eq!(applied, CUSTOMERS, "{period}: no customer charged twice (seed {seed})");
             charges += applied;
         }
+        // The ledger, as PostgreSQL committed it: one row per customer and period, and no row
+        // of an older term committed after one of a newer term.
+        let rows: Vec<(String, String, i64)> = pg
+            .admin()
+            .await
+            .unwrap()
+            .query(
+                "SELECT period, customer, token FROM billing_charges ORDER BY pg_xact_commit_timestamp(xmin), period, customer",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect();
+        for period in &triggered {
+            let booked = rows.iter().filter(|(p, _, _)| p == period).count();
+            assert_eq!(booked, CUSTOMERS, "{period}: every customer booked once in the ledger (seed {seed})");
+        }
+        // Periods the schedule fired (the job's own days, caught up) are in the ledger too, and
+        // may still be running: they count for the token order, not for the totals.
+        if let Some(w) = rows.windows(2).find(|w| w[1].2 < w[0].2) {
+            panic!("the ledger committed {:?} after {:?}: a token went back (seed {seed})", w[1], w[0]);
+        }
+        let terms = {
+            let mut t: Vec<i64> = rows.iter().map(|r| r.2).collect();
+            t.dedup();
+            t.len()
+        };
         eprintln!(
-            "soak summary: {rounds} rounds, seed {seed}, faults {faults:?}, {} periods done once each ({reruns} re-run after version-changed), {charges} charges applied once each, {} applied fenced writes checked over {} Redis lifetimes, 0 violations",
+            "soak summary: {rounds} rounds, seed {seed}, faults {faults:?}, {} periods done once each per job ({reruns} re-run after version-changed), {charges} charges applied once each in the store, {} ledger rows of triggered periods booked once each in PostgreSQL, every row's token in commit order ({terms} token changes), {} applied fenced writes checked over {} Redis lifetimes, 0 violations",
             triggered.len(),
+            CUSTOMERS * triggered.len(),
             applied.len(),
             recorders.len()
         );

@@ -4,17 +4,29 @@
 //! `customer,amount_cents` line per customer; optionally `delay-ms`, a pause per customer that
 //! stands in for a slow payment provider (tests use it to interrupt a step mid-way).
 //!
-//! Each step charges the next [`CHUNK`] customers. A charge is recorded with `store.create`
-//! under the idempotency key `charge/<period>/<customer>`: when a step is re-executed (after a
-//! failover or a retry) the charges it already made exist and are not made again. The last step
-//! reads every charge back and writes `summary/<period>`.
+//! Each step charges the next [`CHUNK`] customers. Where a charge is booked:
+//!
+//! * **In PostgreSQL**, when the host grants the job a database named `ledger` (sidecar
+//!   `[sql.databases] ledger = "…"`): one row per customer and period in `billing_charges`
+//!   (`ledger.sql` beside this crate, created by the operator), inserted with `ON CONFLICT DO NOTHING`
+//!   in a transaction the database fences with the term's token, which the row also records.
+//! * **In the store** otherwise: `store.create` under the idempotency key
+//!   `charge/<period>/<customer>`.
+//!
+//! Either way, when a step is re-executed (after a failover or a retry) the charges it already
+//! made exist and are not made again. The last step reads every charge back and writes
+//! `summary/<period>` to the store.
 //!
 //! State between steps: `next_index charged already` as text.
 
 use std::time::Duration;
 
 use leasehold_guest::prelude::*;
+use leasehold_guest::sql::{self, SqlError, Value};
 use leasehold_guest::store;
+
+/// The database name the job asks for.
+const LEDGER: &str = "ledger";
 
 /// Customers per step.
 const CHUNK: usize = 50;
@@ -50,17 +62,27 @@ impl Guest for Billing {
             return summarize(&run.period, &customers, charged, already);
         }
         let end = (next + CHUNK).min(customers.len());
+        let mut ledger = None;
         for (customer, amount) in &customers[next..end] {
             term.ensure_leader()?;
             if let Some(d) = delay {
                 std::thread::sleep(d);
             }
-            let key = format!("charge/{}/{customer}", run.period);
-            let value = format!("{amount} token={} attempt={}", term.token(), run.attempt);
-            // Any refusal but a lost term fails the attempt (retried under the retry policy).
-            let created = store::create(&key, value.as_bytes()).lost_leadership_or_else(|e| {
-                JobError::Failed(format!("charging {customer}: {e:?}"))
-            })?;
+            let created = match ledger {
+                Some(Ledger::Store) => charge_in_store(term, &run, customer, *amount)?,
+                Some(Ledger::Postgres) => charge_in_ledger(term, &run, customer, *amount)?
+                    .ok_or_else(|| JobError::Failed("the ledger database went away".into()))?,
+                None => match charge_in_ledger(term, &run, customer, *amount)? {
+                    Some(created) => {
+                        ledger = Some(Ledger::Postgres);
+                        created
+                    }
+                    None => {
+                        ledger = Some(Ledger::Store);
+                        charge_in_store(term, &run, customer, *amount)?
+                    }
+                },
+            };
             if created {
                 charged += 1;
             } else {
@@ -70,6 +92,55 @@ impl Guest for Billing {
         Ok(StepOutcome::Continue(
             format!("{end} {charged} {already}").into_bytes(),
         ))
+    }
+}
+
+/// Where this host books charges.
+#[derive(Clone, Copy)]
+enum Ledger {
+    Postgres,
+    Store,
+}
+
+/// Books one charge in the store; whether it was new.
+fn charge_in_store(
+    term: &Term,
+    run: &RunInfo,
+    customer: &str,
+    amount: u64,
+) -> Result<bool, JobError> {
+    let key = format!("charge/{}/{customer}", run.period);
+    let value = format!("{amount} token={} attempt={}", term.token(), run.attempt);
+    // Any refusal but a lost term fails the attempt (retried under the retry policy).
+    store::create(&key, value.as_bytes())
+        .lost_leadership_or_else(|e| JobError::Failed(format!("charging {customer}: {e:?}")))
+}
+
+/// Books one charge in the `ledger` database; whether it was new, or `None` when the host
+/// grants no such database. A lost COMMIT reply (`unavailable`) fails the attempt; the retry's
+/// `ON CONFLICT DO NOTHING` finds the row if it was applied.
+fn charge_in_ledger(
+    term: &Term,
+    run: &RunInfo,
+    customer: &str,
+    amount: u64,
+) -> Result<Option<bool>, JobError> {
+    let params = [
+        Value::Text(run.period.clone()),
+        Value::Text(customer.to_string()),
+        Value::Int(amount as i64),
+        Value::Int(term.token() as i64),
+        Value::Int(i64::from(run.attempt)),
+    ];
+    match sql::execute(
+        LEDGER,
+        "INSERT INTO billing_charges (period, customer, amount_cents, token, attempt) \
+         VALUES ($1, $2, $3, $4, $5::integer) ON CONFLICT (period, customer) DO NOTHING",
+        &params,
+    ) {
+        Ok(n) => Ok(Some(n == 1)),
+        Err(SqlError::NotGranted(_)) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -121,6 +192,45 @@ fn summarize(
     charged: u64,
     already: u64,
 ) -> Result<StepOutcome, JobError> {
+    let (found, total) = match ledger_totals(period)? {
+        Some(totals) => totals,
+        None => store_totals(period, customers)?,
+    };
+    if found != customers.len() as u64 {
+        return Err(JobError::Failed(format!(
+            "{period}: {found} charges booked for {} customers",
+            customers.len()
+        )));
+    }
+    let summary = format!(
+        "customers={found} total_cents={total} charged_by_this_attempt={charged} found_already={already}"
+    );
+    store::write(&format!("summary/{period}"), summary.as_bytes())
+        .lost_leadership_or_else(|e| JobError::Failed(format!("writing the summary: {e:?}")))?;
+    Ok(StepOutcome::Done)
+}
+
+/// (charges, total cents) of the period in the `ledger` database, or `None` when none is granted.
+fn ledger_totals(period: &str) -> Result<Option<(u64, u64)>, JobError> {
+    let rows = match sql::query(
+        LEDGER,
+        "SELECT count(*), coalesce(sum(amount_cents), 0)::bigint FROM billing_charges WHERE period = $1",
+        &[Value::Text(period.to_string())],
+    ) {
+        Ok(rows) => rows,
+        Err(SqlError::NotGranted(_)) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    match rows.rows.first().map(|r| &r[..]) {
+        Some([Value::Int(n), Value::Int(total)]) => Ok(Some((*n as u64, *total as u64))),
+        other => Err(JobError::Failed(format!(
+            "billing_charges totals came back as {other:?}"
+        ))),
+    }
+}
+
+/// (charges, total cents) of the period in the store.
+fn store_totals(period: &str, customers: &[(String, u64)]) -> Result<(u64, u64), JobError> {
     let mut total = 0u64;
     let mut found = 0u64;
     for (customer, _) in customers {
@@ -143,12 +253,7 @@ fn summarize(
             Err(e) => return Err(JobError::Failed(format!("reading {key}: {e:?}"))),
         }
     }
-    let summary = format!(
-        "customers={found} total_cents={total} charged_by_this_attempt={charged} found_already={already}"
-    );
-    store::write(&format!("summary/{period}"), summary.as_bytes())
-        .lost_leadership_or_else(|e| JobError::Failed(format!("writing the summary: {e:?}")))?;
-    Ok(StepOutcome::Done)
+    Ok((found, total))
 }
 
 leasehold_guest::export!(Billing);

@@ -1,6 +1,7 @@
 //! How the store's errors end a step: `From` for [`JobError`], and [`WriteResultExt`].
 
 use crate::JobError;
+use crate::sql::SqlError;
 use crate::store::{ReadError, WriteError};
 use crate::tasks::TasksError;
 
@@ -49,6 +50,41 @@ impl From<WriteError> for JobError {
                 u.keys, u.bytes, u.max_keys, u.max_bytes
             )),
             WriteError::Unavailable(why) => JobError::NotReady(format!("store unavailable: {why}")),
+        }
+    }
+}
+
+/// How a failed `sql` call ends a step, as for the store: `fenced`, `not-leader` →
+/// [`JobError::LostLeadership`]; `unavailable` and `timeout` → [`JobError::NotReady`] (the step
+/// runs again later; its statements must be idempotent); every other case →
+/// [`JobError::Failed`] naming it. A job that treats a unique violation as "already done"
+/// matches [`SqlError::Constraint`] before `?`.
+impl From<SqlError> for JobError {
+    fn from(e: SqlError) -> Self {
+        let db = |d: crate::sql::DatabaseError| {
+            let mut m = format!("{} (SQLSTATE {})", d.message, d.code);
+            if let Some(c) = d.constraint {
+                m.push_str(&format!(", constraint {c}"));
+            }
+            if let Some(x) = d.detail {
+                m.push_str(&format!(": {x}"));
+            }
+            m
+        };
+        match e {
+            SqlError::Fenced(_) | SqlError::NotLeader => JobError::LostLeadership,
+            SqlError::Unavailable(why) => {
+                JobError::NotReady(format!("database unavailable: {why}"))
+            }
+            SqlError::Timeout(ms) => {
+                JobError::NotReady(format!("statement cancelled after {ms} ms"))
+            }
+            SqlError::NotGranted(why) => JobError::Failed(format!("sql: not granted: {why}")),
+            SqlError::Refused(why) => JobError::Failed(format!("sql: refused: {why}")),
+            SqlError::Constraint(d) => JobError::Failed(format!("sql: constraint: {}", db(d))),
+            SqlError::Database(d) => JobError::Failed(format!("sql: {}", db(d))),
+            SqlError::TooLarge(why) => JobError::Failed(format!("sql: too large: {why}")),
+            SqlError::Unsupported(why) => JobError::Failed(format!("sql: unsupported: {why}")),
         }
     }
 }

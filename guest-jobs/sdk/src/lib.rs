@@ -1,7 +1,7 @@
 //! The Rust guest SDK for Leasehold jobs.
 //!
 //! A job is a `cdylib` built with `--target wasm32-wasip2` whose component implements the
-//! `leasehold:job/job` world, version 0.4.1 (`wit/job.wit`), or the `fan-out-job` world when its
+//! `leasehold:job/job` world, version 0.4.2 (`wit/job.wit`), or the `fan-out-job` world when its
 //! runs hand tasks to every replica ([`fan_out`]). This crate generates both worlds' bindings
 //! once, so a job depends on `leasehold-guest` alone (not on `wit-bindgen`), and adds:
 //!
@@ -74,7 +74,7 @@ pub mod bindings {
         // The export macro is called in the job's crate, and finds the types here.
         pub_export_macro: true,
         default_bindings_module: "leasehold_guest",
-        additional_derives: [PartialEq, Eq],
+        additional_derives: [PartialEq],
     });
 }
 
@@ -90,13 +90,14 @@ pub mod fan_out_bindings {
         export_macro_name: "export_fan_out",
         default_bindings_module: "leasehold_guest::fan_out_bindings",
         with: {
-            "leasehold:job/types@0.4.1": crate::bindings::leasehold::job::types,
-            "leasehold:job/leadership@0.4.1": crate::bindings::leasehold::job::leadership,
-            "leasehold:job/store@0.4.1": crate::bindings::leasehold::job::store,
-            "leasehold:job/log@0.4.1": crate::bindings::leasehold::job::log,
-            "leasehold:job/tasks@0.4.1": generate,
+            "leasehold:job/types@0.4.2": crate::bindings::leasehold::job::types,
+            "leasehold:job/leadership@0.4.2": crate::bindings::leasehold::job::leadership,
+            "leasehold:job/store@0.4.2": crate::bindings::leasehold::job::store,
+            "leasehold:job/log@0.4.2": crate::bindings::leasehold::job::log,
+            "leasehold:job/sql@0.4.2": crate::bindings::leasehold::job::sql,
+            "leasehold:job/tasks@0.4.2": generate,
         },
-        additional_derives: [PartialEq, Eq],
+        additional_derives: [PartialEq],
     });
 }
 
@@ -150,7 +151,7 @@ pub mod fan_out {
     pub use crate::tasks::{Task, TaskProgress, TasksError};
 }
 
-pub use bindings::leasehold::job::{leadership, log, store, types};
+pub use bindings::leasehold::job::{leadership, log, sql, store, types};
 pub use bindings::{Guest, JobError, JobSpec, RunInfo, StepOutcome, Term, export};
 pub use error::WriteResultExt;
 pub use fan_out_bindings::export_fan_out;

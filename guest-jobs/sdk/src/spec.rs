@@ -62,7 +62,7 @@ pub fn spec(name: impl Into<String>) -> SpecBuilder {
 /// A [`JobSpec`] being built: made by [`spec`], finished by [`SpecBuilder::build`]. Each method
 /// sets one field (or two that belong together) and returns the builder. The host caps every
 /// limit at its own maximum and may override every field with a sidecar file.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 #[must_use = "a spec builder does nothing until `build` is called"]
 pub struct SpecBuilder {
     spec: JobSpec,

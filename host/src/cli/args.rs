@@ -73,9 +73,33 @@ pub(crate) enum Command {
     Pause(JobArgs),
     /// Resume a paused job; periods that fired meanwhile follow its catch-up policy.
     Resume(JobArgs),
+    /// Prepare a PostgreSQL database for jobs: `leasehold db init URL --role ROLE --job JOB`.
+    #[command(subcommand)]
+    Db(DbCommand),
     /// Run the reference scenario locally and narrate it: three replicas, the leader frozen
     /// mid-run, a successor with a higher token, the zombie fenced, one report for the day.
     Demo(DemoArgs),
+}
+
+/// `leasehold db …`.
+#[derive(Subcommand, Debug, Clone)]
+pub(crate) enum DbCommand {
+    /// Create (or bring up to date) the fence in a database, idempotently, and say what was
+    /// done: the `leasehold` schema, the `leasehold.fence` table, the `leasehold.raise_fence`
+    /// function (SECURITY DEFINER, search_path pinned), TEMP revoked from PUBLIC and the role,
+    /// the role (created if missing) allowed only to EXECUTE the function, and each job's fence
+    /// row registered for the role. Run it as the database's owner (not as the jobs' role);
+    /// grant the role its own tables yourself.
+    Init {
+        /// The database, as its owner: postgres://owner@host:5432/db.
+        url: String,
+        /// The role the hosts log in as for these jobs (their `--database` URL's user).
+        #[arg(long)]
+        role: String,
+        /// A job that writes to this database as the role; repeat for more.
+        #[arg(long = "job")]
+        jobs: Vec<String>,
+    },
 }
 
 /// The languages `leasehold new` scaffolds.
@@ -233,6 +257,49 @@ pub(crate) struct RunArgs {
     /// runs none) [default: one per CPU].
     #[arg(long, env = "LEASEHOLD_TASK_SLOTS")]
     pub(crate) task_slots: Option<u32>,
+    /// A PostgreSQL database jobs may be granted, as NAME=URL (e.g.
+    /// ledger=postgres://billing@db:5432/accounts?pool=4); repeat for more. The URL logs in as
+    /// the jobs' restricted role (see `leasehold db init`); `pool` sets the connections kept
+    /// (default 4); `sslmode=require` (or verify-full) connects over TLS, always verifying the
+    /// server against the system's CAs or the CA file `sslrootcert=PATH` names. In the
+    /// environment, several are separated by spaces.
+    #[arg(
+        long = "database",
+        env = "LEASEHOLD_DATABASES",
+        value_delimiter = ' ',
+        hide_env_values = true
+    )]
+    pub databases: Vec<String>,
+    /// The longest statement a job may ask for (a job that asks for nothing gets 5s).
+    #[arg(long, env = "LEASEHOLD_MAX_STATEMENT_TIME", value_parser = parse_duration, default_value = "1m")]
+    pub max_statement_time: Duration,
+    /// The most rows one statement may return to a job (a job that asks for nothing gets 10000).
+    #[arg(long, env = "LEASEHOLD_MAX_SQL_ROWS", default_value_t = 1_000_000)]
+    pub max_sql_rows: u64,
+    /// The most bytes one statement's rows may carry to a job (a job that asks for nothing gets
+    /// 16MiB).
+    #[arg(long, env = "LEASEHOLD_MAX_SQL_RESULT", value_parser = parse_size, default_value = "256MiB")]
+    pub max_sql_result: u64,
+    /// An HTTP destination jobs may be granted (`[http] allow` in a sidecar), as
+    /// scheme://host[:port] (e.g. https://pay.example.com); repeat for more. A job granted one
+    /// that is not listed here is refused. In the environment, separated by spaces.
+    #[arg(
+        long = "http-allow",
+        env = "LEASEHOLD_HTTP_ALLOW",
+        value_delimiter = ' '
+    )]
+    pub http_allow: Vec<String>,
+    /// Lets jobs' requests reach loopback, private, link-local and other non-global addresses
+    /// (by default a granted name that resolves to one is refused).
+    #[arg(long, env = "LEASEHOLD_HTTP_ALLOW_PRIVATE")]
+    pub http_allow_private: bool,
+    /// The longest HTTP timeout a job may ask for (connect, first byte, between bytes, each; a
+    /// job that asks for nothing gets 10s).
+    #[arg(long, env = "LEASEHOLD_MAX_HTTP_TIMEOUT", value_parser = parse_duration, default_value = "1m")]
+    pub max_http_timeout: Duration,
+    /// The largest HTTP response body a job may ask for (a job that asks for nothing gets 1MiB).
+    #[arg(long, env = "LEASEHOLD_MAX_HTTP_RESPONSE", value_parser = parse_size, default_value = "16MiB")]
+    pub max_http_response: u64,
     /// Validate the configuration, print it and exit without connecting to anything.
     #[arg(long)]
     pub check_config: bool,
@@ -344,6 +411,14 @@ impl RunArgs {
             replica_timeout: self.replica_timeout,
             capacity: self.capacity,
             task_slots: self.task_slots,
+            databases: self.databases.clone(),
+            max_statement_time: self.max_statement_time,
+            max_sql_rows: self.max_sql_rows,
+            max_sql_result: self.max_sql_result,
+            http_allow: self.http_allow.clone(),
+            http_allow_private: self.http_allow_private,
+            max_http_timeout: self.max_http_timeout,
+            max_http_response: self.max_http_response,
         }
     }
 }

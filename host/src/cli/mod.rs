@@ -23,7 +23,9 @@ use leasehold::node::config::{NodeConfig, hostname, show, show_size};
 use leasehold::store::keys::JobKeys;
 use leasehold::{exec::runs, node, store};
 
-use args::{Cli, Command, JobArgs, LimitArgs, PurgeArgs, RunArgs, RunsArgs, TriggerArgs};
+use args::{
+    Cli, Command, DbCommand, JobArgs, LimitArgs, PurgeArgs, RunArgs, RunsArgs, TriggerArgs,
+};
 
 /// Runs a parsed command line.
 pub(crate) async fn main(cli: Cli) -> ExitCode {
@@ -48,6 +50,7 @@ pub(crate) async fn main(cli: Cli) -> ExitCode {
         Command::Runs(args) => list_runs(args).await,
         Command::Purge(args) => purge(args).await,
         Command::Status(args) => client::status(args).await,
+        Command::Db(DbCommand::Init { url, role, jobs }) => db_init(&url, &role, &jobs).await,
         Command::Health(args) => client::health(args).await,
         Command::Pause(args) => set_paused(args, true).await,
         Command::Resume(args) => set_paused(args, false).await,
@@ -128,6 +131,41 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                     show(r.timeout)
                 ),
                 None => "writes do not wait for replicas".into(),
+            }
+        );
+        if cfg.databases.is_empty() {
+            println!("databases:   none (jobs that ask for one are refused)");
+        }
+        for d in &cfg.databases {
+            println!(
+                "database:    {} = {} (pool {}, {})",
+                d.name,
+                d.shown,
+                d.pool,
+                match d.tls_roots() {
+                    Some(roots) => format!("TLS, trusting {roots}"),
+                    None => "plain text".into(),
+                }
+            );
+        }
+        let h = &cfg.http_caps;
+        println!(
+            "outbound:    {}; timeout up to {}, responses up to {}{}",
+            if h.allow.is_empty() {
+                "no HTTP destination allowed".to_string()
+            } else {
+                h.allow
+                    .iter()
+                    .map(|d| d.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+            show(h.timeout),
+            show_size(h.max_response),
+            if h.private {
+                ", private addresses allowed"
+            } else {
+                ""
             }
         );
         println!(
@@ -378,6 +416,32 @@ async fn list_runs(args: RunsArgs) -> anyhow::Result<()> {
             r.finished_at.as_deref().unwrap_or("-"),
             error
         );
+    }
+    Ok(())
+}
+
+/// `leasehold db init`: the fence in a database, for `role` and `jobs` (see [`DbCommand`]).
+async fn db_init(url: &str, role: &str, jobs: &[String]) -> anyhow::Result<()> {
+    for job in jobs {
+        leasehold::exec::spec::validate_job_name(job)
+            .map_err(|e| anyhow::anyhow!("--job {job}: {e}"))?;
+    }
+    if role.is_empty() {
+        anyhow::bail!("--role must name a role");
+    }
+    let shown = leasehold::store::redact(url);
+    let cfg = leasehold::exec::sql::parse_database(&format!("init={url}"))
+        .map_err(|e| anyhow::anyhow!("{}", e.trim_start_matches("database init: ")))?;
+    let client = cfg
+        .connect(std::time::Duration::from_secs(10))
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let done = leasehold::exec::sql::fence::init(&client, role, jobs)
+        .await
+        .map_err(|e| anyhow::anyhow!("preparing {shown}: {e}"))?;
+    println!("{shown}:");
+    for line in done {
+        println!("  {line}");
     }
     Ok(())
 }

@@ -361,3 +361,37 @@ pub async fn release<C: ConnectionLike>(
         .await?;
     Ok(released == 1)
 }
+
+static RAISE_COUNTER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+-- KEYS: token counter.  ARGV: the token the counter must reach.
+local counter = tonumber(redis.call('GET', KEYS[1]) or '0')
+if counter == nil then
+  return redis.error_reply('BADTOKEN token counter ' .. KEYS[1] .. ' is not a number')
+end
+if counter < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], ARGV[1])
+  return 1
+end
+return 0
+"#,
+    )
+});
+
+/// Raises the job's token counter to at least `token` (never lowers it): the next term's token
+/// is then above `token`. Used when a store outside Redis (a database's fence) holds a token
+/// Redis no longer knows of; raising a counter is always safe, since tokens only need to grow.
+/// True when the counter was below `token`.
+pub async fn raise_counter<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &JobKeys,
+    token: u64,
+) -> LeaseResult<bool> {
+    let raised: i64 = RAISE_COUNTER
+        .key(keys.token())
+        .arg(token)
+        .invoke_async(conn)
+        .await?;
+    Ok(raised == 1)
+}

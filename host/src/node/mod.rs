@@ -345,6 +345,26 @@ pub async fn run(
         Some(dir) => runtime.with_cache(dir)?,
         None => runtime,
     };
+    // The databases jobs may be granted: each one's fence is checked before any job uses it, as
+    // Redis's eviction policy is; one that answers and cannot be trusted stops the start.
+    let databases =
+        crate::exec::sql::Databases::new(&cfg.databases, cfg.sql_caps, cfg.timing.lease_ttl);
+    for db in databases.iter() {
+        match db.verify(Duration::from_secs(10)).await {
+            Ok(v) => {
+                info!(node = %node, database = db.name(), role = %v.role, jobs = %v.jobs.join(","), tls = db.tls_roots().unwrap_or("off"), "database checked: the fence is in place")
+            }
+            Err(crate::exec::sql::VerifyError::Unreachable(why)) => {
+                warn!(node = %node, database = db.name(), "cannot check database {} now ({why}); it is checked again at its first use", db.name())
+            }
+            Err(crate::exec::sql::VerifyError::Unsafe(why)) => {
+                anyhow::bail!("database {} ({}): {why}", db.name(), db.shown())
+            }
+        }
+    }
+    let runtime = runtime
+        .with_databases(databases)
+        .with_outbound(crate::exec::http::Outbound::new(cfg.http_caps.clone()));
     // Run records, checkpoints and guest writes: bounded by the term they belong to (and by one
     // lease TTL per command), not by the Redis timeout: a large write over a slow link may take
     // longer than a renewal may.

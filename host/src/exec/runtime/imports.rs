@@ -98,6 +98,21 @@ pub struct HostState {
     log_lines: u32,
     max_log_lines: u32,
     pub(super) log_dropped: u32,
+    /// The step's databases and open transactions (`sql`); none in `describe()`.
+    pub(super) sql: Option<super::sql_import::StepSql>,
+    http_ctx: wasmtime_wasi_http::WasiHttpCtx,
+    /// What the step's requests are sent for (`wasi:http`); refusing all in `describe()`.
+    pub(super) http: crate::exec::http::HttpHooks,
+}
+
+impl wasmtime_wasi_http::WasiHttpView for HostState {
+    fn http(&mut self) -> wasmtime_wasi_http::WasiHttpCtxView<'_> {
+        wasmtime_wasi_http::WasiHttpCtxView {
+            ctx: &mut self.http_ctx,
+            table: &mut self.table,
+            hooks: &mut self.http,
+        }
+    }
 }
 
 impl WasiView for HostState {
@@ -171,11 +186,14 @@ impl HostState {
             log_lines: 0,
             max_log_lines,
             log_dropped: 0,
+            sql: None,
+            http_ctx: wasmtime_wasi_http::WasiHttpCtx::new(),
+            http: crate::exec::http::HttpHooks::refuse_all(),
         };
         Ok((state, stderr))
     }
 
-    fn step(&mut self) -> wasmtime::Result<&mut StepContext> {
+    pub(super) fn step(&mut self) -> wasmtime::Result<&mut StepContext> {
         self.step
             .as_mut()
             .ok_or_else(|| wasmtime::format_err!("describe() must not call host imports"))

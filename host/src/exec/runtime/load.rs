@@ -31,7 +31,7 @@ pub struct LoadedJob {
 }
 
 impl LoadedJob {
-    /// The version of the `leasehold:job` world the component is built to (`0.4.1`, `0.4.1
+    /// The version of the `leasehold:job` world the component is built to (`0.4.2`, `0.4.2
     /// (fan-out-job)`, or an earlier one still loaded: `0.4.0`, `0.3.0`, `0.2.0`).
     pub fn world(&self) -> &'static str {
         self.pre.version()
@@ -173,20 +173,12 @@ impl Runtime {
             .await?
             .clone();
         let compiled = compiled_here.unwrap_or(Compiled::Shared);
-        // `wasi:sockets` is linked and refuses every operation (`imports.rs`). `wasi:http`,
-        // which componentize-py components may import without using it, gets functions that
-        // trap naming the import: a job has no network either way. Only `wasi:http` can be
-        // unknown here: `inspect` refused every other import the linker does not offer.
-        let pre = if shape.imports.iter().any(|i| i.starts_with("wasi:http/")) {
-            let mut linker = (*self.linker).clone();
-            linker
-                .define_unknown_imports_as_traps(&component)
-                .map_err(|e| fail(format!("cannot link wasi:http to refusals: {e}")))?;
-            linker.instantiate_pre(&component)
-        } else {
-            self.linker.instantiate_pre(&component)
-        }
-        .map_err(|e| fail(format!("needs an import the host does not offer: {e}")))?;
+        // `wasi:sockets` is linked and refuses every operation (`imports.rs`); `wasi:http` is
+        // the host's sender, which sends only what the job is granted (`exec::http`).
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| fail(format!("needs an import the host does not offer: {e}")))?;
         let pre = WorldPre::new(pre, &self.engine).map_err(fail)?;
         let described = self
             .describe(&pre)
@@ -203,6 +195,21 @@ impl Runtime {
             None => None,
         };
         let spec = JobSpec::new(&raw, &self.host_limits).map_err(|e| fail(e.to_string()))?;
+        let missing = self.databases.missing(&spec.sql);
+        if !missing.is_empty() {
+            return Err(fail(format!(
+                "needs database {} (its sidecar's [sql.databases]), which this host is not configured with (--database NAME=URL)",
+                missing.join(", ")
+            )));
+        }
+        let missing = self.outbound.missing(&spec.http);
+        if !missing.is_empty() {
+            let names: Vec<String> = missing.iter().map(|d| d.to_string()).collect();
+            return Err(fail(format!(
+                "is granted HTTP destination {} (its sidecar's [http] allow), which this host does not allow (--http-allow)",
+                names.join(", ")
+            )));
+        }
         Ok(LoadedJob {
             spec,
             hash,
@@ -273,5 +280,7 @@ fn raw_spec(described: types::JobSpec) -> RawSpec {
             types::Overlap::Skip => Overlap::Skip,
         },
         max_run_time: Duration::from_millis(p.max_run_millis),
+        sql: Default::default(),
+        http: Default::default(),
     }
 }

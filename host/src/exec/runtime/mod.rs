@@ -3,7 +3,7 @@
 //! * One [`Engine`] per process: component model, async calls, epoch interruption driven by a
 //!   10 ms ticker thread. Every [`Store`] gets an epoch deadline, so no guest runs unchecked.
 //! * Components are compiled once and pre-instantiated (`world::WorldPre`: the `job` or
-//!   `fan-out-job` world of 0.4.1, or a 0.4.0, 0.3.0 or 0.2.0 twin): the import and export types are checked at load time, and a run pays only for
+//!   `fan-out-job` world of 0.4.2, or a 0.4.1, 0.4.0, 0.3.0 or 0.2.0 twin): the import and export types are checked at load time, and a run pays only for
 //!   instantiation.
 //! * A **fresh store per step**, with a [`JobLimiter`] (memory in total, tables, instances) and the job's
 //!   step deadline; a store is dropped after every step, so a trap or an interruption can never
@@ -45,6 +45,7 @@ mod imports;
 mod inspect;
 mod load;
 pub(crate) mod sandbox;
+mod sql_import;
 mod step;
 mod world;
 
@@ -80,7 +81,10 @@ pub mod bindings {
         path: "../wit",
         imports: { default: async | trappable },
         exports: { default: async },
-        with: { "leasehold:job/leadership.term": crate::coord::term::Term },
+        with: {
+            "leasehold:job/leadership.term": crate::coord::term::Term,
+            "leasehold:job/sql.transaction": crate::exec::sql::Tx,
+        },
     });
 }
 
@@ -103,6 +107,10 @@ pub struct Runtime {
     /// Components loaded in this process by content hash: jobs that share a component (one
     /// file under several names, see the sidecar's `name`) share its code in memory.
     loaded: Arc<std::sync::Mutex<std::collections::HashMap<String, CompiledOnce>>>,
+    /// The databases jobs may be granted (`--database`).
+    databases: crate::exec::sql::Databases,
+    /// Outbound HTTP (`--http-allow` and its caps).
+    outbound: crate::exec::http::Outbound,
 }
 
 impl Runtime {
@@ -126,6 +134,8 @@ impl Runtime {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| anyhow::anyhow!("linking WASI: {e}"))?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
+            .map_err(|e| anyhow::anyhow!("linking wasi:http: {e}"))?;
         bindings::FanOutJob::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
             .map_err(|e| anyhow::anyhow!("linking the job worlds: {e}"))?;
         world::v0_3::Job::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
@@ -150,6 +160,8 @@ impl Runtime {
             cache: None,
             slots,
             loaded: Arc::default(),
+            databases: crate::exec::sql::Databases::default(),
+            outbound: crate::exec::http::Outbound::default(),
         })
     }
 
@@ -160,6 +172,23 @@ impl Runtime {
             Some(s) => s.clone().acquire_owned().await.ok(),
             None => None,
         }
+    }
+
+    /// Offers `databases` to the jobs granted them (the `sql` import).
+    pub fn with_databases(mut self, databases: crate::exec::sql::Databases) -> Self {
+        self.databases = databases;
+        self
+    }
+
+    /// Offers outbound HTTP to the destinations `outbound` allows (`wasi:http`).
+    pub fn with_outbound(mut self, outbound: crate::exec::http::Outbound) -> Self {
+        self.outbound = outbound;
+        self
+    }
+
+    /// The databases jobs may be granted.
+    pub fn databases(&self) -> &crate::exec::sql::Databases {
+        &self.databases
     }
 
     /// Keeps compiled code in `dir` (see [`crate::exec::runtime::cache`]).

@@ -61,13 +61,28 @@ impl Runtime {
         };
         let term = ctx.term.clone();
         let limits = job.spec.limits;
-        let (host_state, stderr) = HostState::new(
+        let (mut host_state, stderr) = HostState::new(
             &limits,
             self.host_limits.counts,
             self.host_limits.log_lines,
             Some(ctx),
         )
         .map_err(|e| StepError::Host(format!("{e:#}")))?;
+        host_state.sql = Some(super::sql_import::StepSql::new(
+            self.databases.for_job(&job.spec.sql),
+        ));
+        if let Some(step) = &host_state.step {
+            let period = match &step.work {
+                super::imports::Work::Step(run) => &run.period,
+                super::imports::Work::Task(claim) => &claim.period,
+            };
+            host_state.http = crate::exec::http::HttpHooks::for_step(
+                &job.spec.name,
+                period,
+                term.clone(),
+                self.outbound.for_job(&job.spec.http),
+            );
+        }
         // A slot of the instance pool, or the term's end while waiting for one.
         let _slot = tokio::select! {
             slot = self.slot() => slot,

@@ -1,13 +1,14 @@
 //! The world versions a component may be built to, and one type over them ([`WorldPre`]).
 //!
-//! * **0.4.1** (`wit/job.wit`, the current version, [`super::bindings`]): two worlds, `job`
+//! * **0.4.2** (`wit/job.wit`, the current version, [`super::bindings`]): two worlds, `job`
 //!   (`describe`, `run-step`; imports `leadership`, `store` with `write-many` and `delete`,
-//!   `log`) and `fan-out-job` (`job` plus the `tasks` import and the `run-task` export). The
-//!   bindings are generated for `fan-out-job`; those of `job` ([`job_world`]) share its
+//!   `log`, `sql`) and `fan-out-job` (`job` plus the `tasks` import and the `run-task` export).
+//!   The bindings are generated for `fan-out-job`; those of `job` ([`job_world`]) share its
 //!   interfaces.
-//! * **0.4.0** (`wit/v0.4.0/job.wit`): 0.4.1 without `store.delete`. Its components are served
-//!   by the 0.4.1 bindings as they are: the component model links an import of `…@0.4.0` to
-//!   the host's semver-compatible `…@0.4.1`, whose interfaces only add a function.
+//! * **0.4.1** (`wit/v0.4.1/job.wit`): 0.4.2 without `sql`; **0.4.0** (`wit/v0.4.0/job.wit`):
+//!   0.4.1 without `store.delete`. Their components are served by the 0.4.2 bindings as they
+//!   are: the component model links an import of `…@0.4.0` or `…@0.4.1` to the host's
+//!   semver-compatible `…@0.4.2`, whose interfaces only add functions (and an interface).
 //! * **0.3.0** (`wit/v0.3.0/job.wit`, [`v0_3`]): the world before batched writes and fan-out.
 //! * **0.2.0** (`wit/v0.2.0/job.wit`, [`v0_2`]): the world before storage quotas. It has no
 //!   `quota-exceeded` write error, so a 0.2.0 component's write beyond its quota stops the step
@@ -29,7 +30,7 @@ use super::bindings::{self, leasehold::job::types};
 use super::error::StepError;
 use crate::coord::term::Term;
 
-/// Bindings of the 0.4.1 `job` world (no fan-out), sharing [`super::bindings`]' interfaces.
+/// Bindings of the 0.4.2 `job` world (no fan-out), sharing [`super::bindings`]' interfaces.
 #[allow(missing_docs, unreachable_pub)] // generated from wit/job.wit
 pub(super) mod job_world {
     wasmtime::component::bindgen!({
@@ -144,17 +145,17 @@ pub(super) enum Returned {
     Task(Vec<u8>),
 }
 
-/// Whether a component served by the 0.4.1 bindings was built to 0.4.0 (for what `check` and
-/// the status say it is built to).
-pub(super) type Built040 = bool;
+/// The version a component served by the current bindings was built to: `0.4.0`, `0.4.1` or
+/// `0.4.2` (for what `check` and the status say it is built to).
+pub(super) type Built = &'static str;
 
 /// A pre-instantiated component of any world.
 #[derive(Clone)]
 pub(super) enum WorldPre {
-    /// Built to 0.4.1 `fan-out-job` (to 0.4.0 when the flag says so).
-    FanOut(bindings::FanOutJobPre<HostState>, Built040),
-    /// Built to 0.4.1 `job` (to 0.4.0 when the flag says so).
-    Current(job_world::JobPre<HostState>, Built040),
+    /// Built to 0.4.x `fan-out-job` (the version it names).
+    FanOut(bindings::FanOutJobPre<HostState>, Built),
+    /// Built to 0.4.x `job` (the version it names).
+    Current(job_world::JobPre<HostState>, Built),
     /// Built to world 0.3.0.
     V0_3(v0_3::JobPre<HostState>),
     /// Built to world 0.2.0.
@@ -184,26 +185,33 @@ impl WorldPre {
             v0_3::JobPre::new(pre)
                 .map(WorldPre::V0_3)
                 .map_err(world("leasehold:job/job@0.3.0"))
-        } else if fan_out {
-            let old = imports_version("@0.4.0");
-            bindings::FanOutJobPre::new(pre)
-                .map(|p| WorldPre::FanOut(p, old))
-                .map_err(world("leasehold:job/fan-out-job@0.4.1"))
         } else {
-            let old = imports_version("@0.4.0");
-            job_world::JobPre::new(pre)
-                .map(|p| WorldPre::Current(p, old))
-                .map_err(world("leasehold:job/job@0.4.1"))
+            let built = if imports_version("@0.4.0") {
+                "0.4.0"
+            } else if imports_version("@0.4.1") {
+                "0.4.1"
+            } else {
+                "0.4.2"
+            };
+            if fan_out {
+                bindings::FanOutJobPre::new(pre)
+                    .map(|p| WorldPre::FanOut(p, built))
+                    .map_err(world("leasehold:job/fan-out-job@0.4.2"))
+            } else {
+                job_world::JobPre::new(pre)
+                    .map(|p| WorldPre::Current(p, built))
+                    .map_err(world("leasehold:job/job@0.4.2"))
+            }
         }
     }
 
     /// The world the component is built to.
     pub(super) fn version(&self) -> &'static str {
         match self {
-            WorldPre::FanOut(_, true) => "0.4.0 (fan-out-job)",
-            WorldPre::FanOut(_, false) => "0.4.1 (fan-out-job)",
-            WorldPre::Current(_, true) => "0.4.0",
-            WorldPre::Current(_, false) => "0.4.1",
+            WorldPre::FanOut(_, "0.4.0") => "0.4.0 (fan-out-job)",
+            WorldPre::FanOut(_, "0.4.1") => "0.4.1 (fan-out-job)",
+            WorldPre::FanOut(..) => "0.4.2 (fan-out-job)",
+            WorldPre::Current(_, v) => v,
             WorldPre::V0_3(_) => "0.3.0",
             WorldPre::V0_2(_) => "0.2.0",
         }

@@ -36,6 +36,10 @@ pub struct JobSpec {
     pub limits: Limits,
     /// Catch-up, retry, overlap and run-time policies.
     pub policies: Policies,
+    /// The databases the job is granted and its statement limits (sidecar `[sql]`).
+    pub sql: crate::exec::sql::SqlAsk,
+    /// The HTTP destinations the job is granted and its limits (sidecar `[http]`).
+    pub http: crate::exec::http::HttpAsk,
 }
 
 /// The spec fields a job describes, before validation. Zero numbers mean "the default".
@@ -63,6 +67,10 @@ pub struct RawSpec {
     pub overlap: Overlap,
     /// Longest run; zero for none.
     pub max_run_time: Duration,
+    /// Databases and statement limits (sidecar `[sql]`).
+    pub sql: crate::exec::sql::SqlAsk,
+    /// HTTP destinations and limits (sidecar `[http]`).
+    pub http: crate::exec::http::HttpAsk,
 }
 
 /// The spec field a rule is about.
@@ -174,6 +182,8 @@ impl JobSpec {
             schedule,
             limits,
             policies,
+            sql: raw.sql.clone(),
+            http: raw.http.clone(),
         })
     }
 }
@@ -254,7 +264,27 @@ impl fmt::Display for JobSpec {
             p.max_run_time
                 .map(show)
                 .unwrap_or_else(|| "no limit".into())
-        )
+        )?;
+        if !self.sql.databases.is_empty() {
+            let dbs: Vec<String> = self
+                .sql
+                .databases
+                .iter()
+                .map(|(job, host)| {
+                    if job == host {
+                        job.clone()
+                    } else {
+                        format!("{job} (the host's {host})")
+                    }
+                })
+                .collect();
+            write!(f, "\ndatabases:  {}", dbs.join(", "))?;
+        }
+        if !self.http.allow.is_empty() {
+            let dests: Vec<String> = self.http.allow.iter().map(|d| d.to_string()).collect();
+            write!(f, "\nhttp:       {}", dests.join(", "))?;
+        }
+        Ok(())
     }
 }
 

@@ -29,6 +29,40 @@ pub struct Sidecar {
     /// `[quota]`: `keys` and `bytes`, the job's storage quota (capped by the host's
     /// `--max-stored-keys` and `--max-stored-bytes`).
     pub quota: Option<SidecarQuota>,
+    /// `[sql]`: `databases` (the job's names for the host's databases), `statement-time`,
+    /// `max-rows`, `max-result`.
+    pub sql: Option<SidecarSql>,
+    /// `[http]`: `allow` (the destinations the job may send requests to), `timeout`,
+    /// `max-response`.
+    pub http: Option<SidecarHttp>,
+}
+
+/// `[http]` in a sidecar.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SidecarHttp {
+    /// Destinations, `scheme://host[:port]` (`https://pay.example.com`).
+    pub allow: Option<Vec<String>>,
+    /// Connect, first response byte and between response bytes, each, e.g. `10s` (capped by
+    /// the host's `--max-http-timeout`).
+    pub timeout: Option<String>,
+    /// Most response body bytes, e.g. `1MiB` (capped by `--max-http-response`).
+    pub max_response: Option<String>,
+}
+
+/// `[sql]` in a sidecar.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SidecarSql {
+    /// `[sql.databases]`: the job's name for a database = the host's name for it (`ledger =
+    /// "ledger"` grants the host's `ledger` under the same name).
+    pub databases: Option<std::collections::BTreeMap<String, String>>,
+    /// Longest statement, e.g. `2s` (capped by the host's `--max-statement-time`).
+    pub statement_time: Option<String>,
+    /// Most rows one statement returns.
+    pub max_rows: Option<u64>,
+    /// Most bytes one statement's rows carry, e.g. `4MiB`.
+    pub max_result: Option<String>,
 }
 
 /// `[quota]` in a sidecar.
@@ -113,6 +147,48 @@ impl Sidecar {
         }
         if let Some(m) = &self.max_run_time {
             raw.max_run_time = dur("max-run-time", m)?;
+        }
+        if let Some(s) = &self.sql {
+            if let Some(d) = &s.databases {
+                raw.sql.databases = d.clone();
+            }
+            if let Some(t) = &s.statement_time {
+                raw.sql.statement_time = dur("sql.statement-time", t)?;
+            }
+            if let Some(r) = s.max_rows {
+                raw.sql.rows = r;
+            }
+            if let Some(b) = &s.max_result {
+                raw.sql.result_bytes =
+                    crate::units::parse_size(b).map_err(|e| SpecError::Sidecar {
+                        field: Some("sql.max-result".into()),
+                        message: format!("sql.max-result {b:?} is not a size ({e}; use e.g. 4MiB)"),
+                    })?;
+            }
+        }
+        if let Some(h) = &self.http {
+            if let Some(allow) = &h.allow {
+                raw.http.allow = allow
+                    .iter()
+                    .map(|d| crate::exec::http::Destination::parse(d))
+                    .collect::<Result<_, _>>()
+                    .map_err(|message| SpecError::Sidecar {
+                        field: Some("http.allow".into()),
+                        message: format!("http.allow: {message}"),
+                    })?;
+            }
+            if let Some(t) = &h.timeout {
+                raw.http.timeout = dur("http.timeout", t)?;
+            }
+            if let Some(b) = &h.max_response {
+                raw.http.max_response =
+                    crate::units::parse_size(b).map_err(|e| SpecError::Sidecar {
+                        field: Some("http.max-response".into()),
+                        message: format!(
+                            "http.max-response {b:?} is not a size ({e}; use e.g. 1MiB)"
+                        ),
+                    })?;
+            }
         }
         if let Some(q) = &self.quota {
             let positive = |field: &str, n: u64| {

@@ -20,6 +20,8 @@
 //! | `http-token` | not empty when set |
 //! | `redis-url` | `redis://`, `rediss://`, `unix://`, `redis+cluster://` (seeds) or `redis+sentinel://` (sentinels and service) |
 //! | `replica-timeout` | above zero and at most `lease-ttl` |
+//! | `database` | `NAME=URL`: a name of `a-z 0-9 _ -`, a `postgres://` URL, no name twice |
+//! | `max-statement-time` | at least 100ms, at most 1h |
 //!
 //! Job specs are validated where they are read, in [`crate::exec::spec`].
 
@@ -210,6 +212,22 @@ pub struct RawConfig {
     pub capacity: u32,
     /// Tasks of fan-out jobs this host runs at once (0: none; default: one per CPU).
     pub task_slots: Option<u32>,
+    /// `NAME=URL` of every database jobs may be granted.
+    pub databases: Vec<String>,
+    /// The longest statement a job may ask for.
+    pub max_statement_time: Duration,
+    /// The most rows one statement may return to a job.
+    pub max_sql_rows: u64,
+    /// The most bytes one statement's rows may carry.
+    pub max_sql_result: u64,
+    /// HTTP destinations jobs may be granted.
+    pub http_allow: Vec<String>,
+    /// Whether jobs' requests may reach non-global addresses.
+    pub http_allow_private: bool,
+    /// The longest HTTP timeout a job may ask for.
+    pub max_http_timeout: Duration,
+    /// The largest HTTP response a job may ask for.
+    pub max_http_response: u64,
 }
 
 /// Everything `leasehold run` is configured with, validated.
@@ -242,6 +260,12 @@ pub struct NodeConfig {
     pub capacity: u32,
     /// Tasks of fan-out jobs this host runs at once ([`crate::exec::workers`]); 0: it runs none.
     pub task_slots: u32,
+    /// The databases jobs may be granted ([`crate::exec::sql`]).
+    pub databases: Vec<crate::exec::sql::DatabaseConfig>,
+    /// The most a job's statements may ask for.
+    pub sql_caps: crate::exec::sql::SqlCaps,
+    /// Outbound HTTP: the destinations jobs may be granted and the caps.
+    pub http_caps: crate::exec::http::HttpCaps,
 }
 
 impl NodeConfig {
@@ -315,6 +339,53 @@ impl NodeConfig {
                 format!("task-slots ({task_slots}) must be at most 1024"),
             ));
         }
+        let mut databases: Vec<crate::exec::sql::DatabaseConfig> = Vec::new();
+        for arg in &raw.databases {
+            match crate::exec::sql::parse_database(arg) {
+                Ok(d) if databases.iter().any(|o| o.name == d.name) => bad.push(Violation::new(
+                    Setting::Database,
+                    format!("database {} is configured twice", d.name),
+                )),
+                Ok(d) => databases.push(d),
+                Err(why) => bad.push(Violation::new(
+                    Setting::Database,
+                    format!("database: {why}"),
+                )),
+            }
+        }
+        if raw.max_statement_time < Duration::from_millis(100)
+            || raw.max_statement_time > Duration::from_secs(3600)
+        {
+            bad.push(Violation::new(
+                Setting::MaxStatementTime,
+                format!(
+                    "max-statement-time ({}) must be at least 100ms and at most 1h",
+                    show(raw.max_statement_time)
+                ),
+            ));
+        }
+        let mut http_allow = Vec::new();
+        for arg in raw.http_allow.iter().filter(|a| !a.is_empty()) {
+            match crate::exec::http::Destination::parse(arg) {
+                Ok(d) if !http_allow.contains(&d) => http_allow.push(d),
+                Ok(_) => {}
+                Err(why) => bad.push(Violation::new(
+                    Setting::HttpAllow,
+                    format!("http-allow: {why}"),
+                )),
+            }
+        }
+        if raw.max_http_timeout < Duration::from_millis(100)
+            || raw.max_http_timeout > Duration::from_secs(3600)
+        {
+            bad.push(Violation::new(
+                Setting::MaxHttpTimeout,
+                format!(
+                    "max-http-timeout ({}) must be at least 100ms and at most 1h",
+                    show(raw.max_http_timeout)
+                ),
+            ));
+        }
         let (Some(timing), true) = (timing, bad.is_empty()) else {
             return Err(ConfigError { violations: bad });
         };
@@ -335,6 +406,18 @@ impl NodeConfig {
             }),
             capacity: raw.capacity,
             task_slots,
+            databases,
+            http_caps: crate::exec::http::HttpCaps {
+                allow: http_allow,
+                timeout: raw.max_http_timeout,
+                max_response: raw.max_http_response.max(1024),
+                private: raw.http_allow_private,
+            },
+            sql_caps: crate::exec::sql::SqlCaps {
+                statement_time: raw.max_statement_time,
+                rows: raw.max_sql_rows.max(1),
+                result_bytes: raw.max_sql_result.max(1024),
+            },
         })
     }
 }

@@ -32,7 +32,50 @@ fn raw() -> RawConfig {
         replica_timeout: None,
         capacity: 1,
         task_slots: None,
+        databases: Vec::new(),
+        max_statement_time: Duration::from_secs(60),
+        max_sql_rows: 1_000_000,
+        max_sql_result: 256 << 20,
+        http_allow: Vec::new(),
+        http_allow_private: false,
+        max_http_timeout: Duration::from_secs(60),
+        max_http_response: 16 << 20,
     }
+}
+
+#[test]
+fn databases_are_named_postgres_urls_each_once() {
+    let mut r = raw();
+    r.databases = vec![
+        "ledger=postgres://billing:secret@db:5432/accounts?pool=8".into(),
+        "ledger=postgres://other@db/x".into(),
+        "bad name=postgres://x@db/y".into(),
+        "mysql=mysql://x@db/y".into(),
+        "tls=postgres://x@db/y?sslmode=allow".into(),
+        "root=postgres://x@db/y?sslrootcert=/ca.pem".into(),
+    ];
+    r.max_statement_time = Duration::from_millis(10);
+    let err = NodeConfig::from_raw(r).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("database ledger is configured twice"),
+        "{text}"
+    );
+    assert!(text.contains("database name \"bad name\""), "{text}");
+    assert!(text.contains("is not a PostgreSQL URL"), "{text}");
+    assert!(text.contains("sslmode=allow is not one of"), "{text}");
+    assert!(
+        text.contains("sslrootcert is set but sslmode is disable"),
+        "{text}"
+    );
+    assert!(text.contains("max-statement-time (10ms)"), "{text}");
+    assert!(!text.contains("secret"), "a password in an error: {text}");
+    let mut r = raw();
+    r.databases = vec!["ledger=postgres://billing:secret@db:5432/accounts?pool=8".into()];
+    let cfg = NodeConfig::from_raw(r).unwrap();
+    assert_eq!(cfg.databases[0].pool, 8);
+    assert_eq!(cfg.databases[0].name, "ledger");
+    assert!(!format!("{:?}", cfg.databases[0]).contains("secret"));
 }
 
 #[test]

@@ -1,0 +1,283 @@
+//! The fence inside the database: the `leasehold` schema that `leasehold db init` creates
+//! ([`init`]), the check a host runs on every configured database before a job uses it
+//! ([`verify`]), and the host's first statements of every transaction ([`begin_batch`]).
+//!
+//! `leasehold.fence` holds one row per job: the highest token that has written, its holder,
+//! and the role that may raise it. `leasehold.raise_fence(job, token, holder)` is the only way
+//! to change a row: a `SECURITY DEFINER` function owned by the schema's owner, with
+//! `search_path` pinned to `leasehold, pg_temp` (so no temporary table can shadow the fence),
+//! which a job's role may only EXECUTE and only for the jobs registered for that role. It locks
+//! the job's row (`FOR UPDATE`, in READ COMMITTED: a second term waits for the first to end and
+//! then reads what it committed), raises it when the token is higher (or the same token of the
+//! same holder), and reports whether it did and what the row holds.
+
+use std::time::Duration;
+
+/// SQLSTATE the fence function raises when the job is not registered for the calling role.
+pub const NOT_REGISTERED: &str = "LH001";
+
+/// The schema, table and function, idempotently (`CREATE … IF NOT EXISTS`, `CREATE OR
+/// REPLACE`); run by the schema's owner.
+const SCHEMA: &str = r#"
+CREATE SCHEMA IF NOT EXISTS leasehold;
+REVOKE ALL ON SCHEMA leasehold FROM PUBLIC;
+CREATE TABLE IF NOT EXISTS leasehold.fence (
+    job text PRIMARY KEY,
+    role name NOT NULL,
+    token bigint NOT NULL DEFAULT 0,
+    holder text NOT NULL DEFAULT '',
+    raised_at timestamptz
+);
+REVOKE ALL ON leasehold.fence FROM PUBLIC;
+CREATE OR REPLACE FUNCTION leasehold.raise_fence(p_job text, p_token bigint, p_holder text,
+        OUT raised boolean, OUT stored bigint)
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = leasehold, pg_temp AS $fn$
+DECLARE
+    r leasehold.fence%ROWTYPE;
+BEGIN
+    SELECT * INTO r FROM leasehold.fence WHERE job = p_job AND role = session_user FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'job % is not registered in leasehold.fence for role %', p_job, session_user
+            USING ERRCODE = 'LH001';
+    END IF;
+    IF r.token = p_token AND r.holder = p_holder THEN
+        -- This term's next transaction: the row is locked (FOR UPDATE) and needs no write.
+        raised := true;
+        stored := p_token;
+    ELSIF r.token < p_token THEN
+        UPDATE leasehold.fence SET token = p_token, holder = p_holder, raised_at = now()
+            WHERE job = p_job;
+        raised := true;
+        stored := p_token;
+    ELSE
+        raised := false;
+        stored := r.token;
+    END IF;
+END
+$fn$;
+REVOKE ALL ON FUNCTION leasehold.raise_fence(text, bigint, text) FROM PUBLIC;
+DO $do$ BEGIN
+    EXECUTE format('REVOKE TEMPORARY ON DATABASE %I FROM PUBLIC', current_database());
+END $do$;
+"#;
+
+/// Quotes `s` as an SQL string literal.
+pub fn literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// Quotes `s` as an SQL identifier.
+pub fn ident(s: &str) -> String {
+    format!("\"{}\"", s.replace('"', "\"\""))
+}
+
+/// What `leasehold db init` did, line by line.
+pub async fn init(
+    client: &tokio_postgres::Client,
+    role: &str,
+    jobs: &[String],
+) -> Result<Vec<String>, tokio_postgres::Error> {
+    let mut done = Vec::new();
+    client.batch_execute(SCHEMA).await?;
+    done.push(
+        "schema leasehold, table leasehold.fence and function leasehold.raise_fence are in place"
+            .to_string(),
+    );
+    done.push("TEMP on this database revoked from PUBLIC".into());
+    let exists = client
+        .query_opt("SELECT 1 FROM pg_roles WHERE rolname = $1", &[&role])
+        .await?
+        .is_some();
+    if !exists {
+        client
+            .batch_execute(&format!("CREATE ROLE {} LOGIN", ident(role)))
+            .await?;
+        done.push(format!(
+            "role {role} created (LOGIN, no password: set one with ALTER ROLE, or use your pg_hba rules)"
+        ));
+    }
+    let r = ident(role);
+    client
+        .batch_execute(&format!(
+            "GRANT USAGE ON SCHEMA leasehold TO {r};
+             GRANT SELECT ON leasehold.fence TO {r};
+             GRANT EXECUTE ON FUNCTION leasehold.raise_fence(text, bigint, text) TO {r};
+             DO $do$ BEGIN
+                 EXECUTE format('REVOKE TEMPORARY ON DATABASE %I FROM %I', current_database(), {role_lit});
+             END $do$;",
+            role_lit = literal(role)
+        ))
+        .await?;
+    done.push(format!(
+        "role {role} may EXECUTE leasehold.raise_fence and read leasehold.fence, nothing else in schema leasehold; no TEMP"
+    ));
+    for job in jobs {
+        let n = client
+            .execute(
+                "INSERT INTO leasehold.fence (job, role) VALUES ($1, $2)
+                 ON CONFLICT (job) DO UPDATE SET role = EXCLUDED.role
+                 WHERE leasehold.fence.role IS DISTINCT FROM EXCLUDED.role",
+                &[job, &role],
+            )
+            .await?;
+        done.push(if n == 0 {
+            format!("job {job}: already registered for role {role}")
+        } else {
+            format!("job {job}: registered for role {role} (its fence row; the token is kept)")
+        });
+    }
+    Ok(done)
+}
+
+/// What a host found when it checked a database.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verified {
+    /// The role the host logs in as.
+    pub role: String,
+    /// The jobs registered for that role.
+    pub jobs: Vec<String>,
+}
+
+/// Checks what the fence depends on, as the job's role: the role is not a superuser and cannot
+/// bypass row security, cannot change `leasehold.fence` nor create temporary tables, and the
+/// fence function is a `SECURITY DEFINER` with its `search_path` pinned, owned by a role this one
+/// is not a member of. The error says what is wrong and what to run.
+pub async fn verify(client: &tokio_postgres::Client) -> Result<Verified, String> {
+    let q = |e: tokio_postgres::Error| format!("checking the database: {e}");
+    let schema = client
+        .query_one(
+            "SELECT to_regclass('leasehold.fence') IS NOT NULL,
+                    to_regprocedure('leasehold.raise_fence(text,bigint,text)') IS NOT NULL",
+            &[],
+        )
+        .await
+        .map_err(q)?;
+    if !schema.get::<_, bool>(0) || !schema.get::<_, bool>(1) {
+        return Err(
+            "the leasehold schema is missing (no leasehold.fence or leasehold.raise_fence): run `leasehold db init URL --role ROLE --job JOB` as the database's owner"
+                .into(),
+        );
+    }
+    let row = client
+        .query_one(
+            "SELECT session_user::text, r.rolsuper, r.rolbypassrls,
+                    has_database_privilege(current_database(), 'TEMP'),
+                    has_table_privilege('leasehold.fence', 'INSERT')
+                        OR has_table_privilege('leasehold.fence', 'UPDATE')
+                        OR has_table_privilege('leasehold.fence', 'DELETE')
+                        OR has_table_privilege('leasehold.fence', 'TRUNCATE'),
+                    p.prosecdef,
+                    coalesce(array_to_string(p.proconfig, E'\n'), ''),
+                    pg_has_role(session_user, p.proowner, 'USAGE'),
+                    has_function_privilege('leasehold.raise_fence(text,bigint,text)', 'EXECUTE')
+               FROM pg_roles r, pg_proc p
+              WHERE r.rolname = session_user
+                AND p.oid = 'leasehold.raise_fence(text,bigint,text)'::regprocedure",
+            &[],
+        )
+        .await
+        .map_err(q)?;
+    let role: String = row.get(0);
+    let mut wrong = Vec::new();
+    if row.get::<_, bool>(1) {
+        wrong.push(format!("role {role} is a superuser"));
+    }
+    if row.get::<_, bool>(2) {
+        wrong.push(format!("role {role} bypasses row-level security"));
+    }
+    if row.get::<_, bool>(3) {
+        wrong.push(format!(
+            "role {role} may create temporary tables (REVOKE TEMPORARY ON DATABASE … FROM PUBLIC, {role})"
+        ));
+    }
+    if row.get::<_, bool>(4) {
+        wrong.push(format!(
+            "role {role} may change leasehold.fence directly (it must only EXECUTE leasehold.raise_fence)"
+        ));
+    }
+    if !row.get::<_, bool>(5) {
+        wrong.push("leasehold.raise_fence is not SECURITY DEFINER".into());
+    }
+    let config: String = row.get(6);
+    if !config
+        .lines()
+        .any(|c| c == "search_path=leasehold, pg_temp")
+    {
+        wrong.push(format!(
+            "leasehold.raise_fence does not pin search_path to leasehold, pg_temp (its settings: {config:?})"
+        ));
+    }
+    if row.get::<_, bool>(7) {
+        wrong.push(format!(
+            "role {role} is (or is a member of) the fence function's owner, and could replace it"
+        ));
+    }
+    if !row.get::<_, bool>(8) {
+        wrong.push(format!("role {role} may not EXECUTE leasehold.raise_fence"));
+    }
+    if !wrong.is_empty() {
+        return Err(format!(
+            "the fence cannot be trusted: {}; run `leasehold db init URL --role {role}` as the database's owner, and log the host in as {role}",
+            wrong.join("; ")
+        ));
+    }
+    let jobs = client
+        .query(
+            "SELECT job FROM leasehold.fence WHERE role = session_user ORDER BY job",
+            &[],
+        )
+        .await
+        .map_err(q)?
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect();
+    Ok(Verified { role, jobs })
+}
+
+/// The host's first statements of every transaction, as one simple-query batch (one round
+/// trip): session settings back to their defaults (a guest's `set_config(…, false)` does not
+/// outlive its transaction), `BEGIN` in READ COMMITTED (a newer term waiting on the fence row
+/// reads the committed row; REPEATABLE READ would fail it with `40001`), the transaction's
+/// timeouts, and the fence raised to `token`. The batch's last result is the fence's
+/// `(raised, stored)`.
+pub fn begin_batch(
+    job: &str,
+    token: u64,
+    holder: &str,
+    statement: Duration,
+    idle: Duration,
+) -> String {
+    format!(
+        "RESET ALL; BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE; \
+         SELECT set_config('statement_timeout', '{s}', true), set_config('lock_timeout', '{s}', true), \
+         set_config('idle_in_transaction_session_timeout', '{i}', true); \
+         SELECT raised, stored FROM leasehold.raise_fence({job}, {token}, {holder})",
+        s = statement.as_millis().max(1),
+        i = idle.as_millis().max(1),
+        job = literal(job),
+        holder = literal(holder),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literals_and_identifiers_are_quoted() {
+        assert_eq!(literal("a'b"), "'a''b'");
+        assert_eq!(ident("a\"b"), "\"a\"\"b\"");
+        let batch = begin_batch(
+            "billing",
+            7,
+            "node-a:x'y",
+            Duration::from_secs(5),
+            Duration::from_secs(10),
+        );
+        assert!(
+            batch.ends_with("raise_fence('billing', 7, 'node-a:x''y')"),
+            "{batch}"
+        );
+        assert!(batch.contains("'statement_timeout', '5000', true"));
+    }
+}

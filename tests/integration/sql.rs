@@ -1,0 +1,667 @@
+//! The `sql` import against a real PostgreSQL (the harness's own `initdb`/`postgres`): the fence
+//! inside the database serialises terms and refuses an older one; every escape from the host's
+//! transaction is refused, through a real host and the `sqlprobe` guest, with nothing written;
+//! a frozen, killed or cut-off leader's transaction never lands; a database whose token is
+//! ahead of Redis costs a term, not the run; `leasehold db init` is idempotent and a host
+//! refuses an untrusted fence.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leasehold::coord::term::Term;
+use leasehold::exec::sql::{self, Databases, SqlAsk, SqlCaps, SqlError, Tx};
+use leasehold::store::keys::JobKeys;
+use leasehold_harness::{PgServer, TestCa};
+
+use crate::harness::*;
+use crate::proxy::{Fault as ProxyFault, FaultProxy};
+
+/// The role `leasehold db init` creates for the jobs, and the hosts log in as.
+pub(crate) const ROLE: &str = "lh_jobs";
+const PERIOD: &str = "2026-01-01";
+
+/// A database prepared as `leasehold db init` (run through the binary) prepares it, for `jobs`,
+/// with a `charges` table the role may use: one row per customer and period.
+async fn prepared(jobs: &[&str]) -> PgServer {
+    let pg = initialised(jobs).await;
+    pg.exec(&format!(
+        "CREATE TABLE charges (customer text NOT NULL, period text NOT NULL, token bigint NOT NULL,
+             UNIQUE (customer, period));
+         GRANT SELECT, INSERT, UPDATE ON charges TO {ROLE};
+         CREATE PROCEDURE commits() LANGUAGE plpgsql AS $$ BEGIN COMMIT; END $$;
+         GRANT EXECUTE ON PROCEDURE commits() TO {ROLE};"
+    ))
+    .await;
+    pg
+}
+
+/// A new PostgreSQL server on which `leasehold db init` (run through the binary) has created the
+/// fence for `jobs` and the restricted role [`ROLE`].
+pub(crate) async fn initialised(jobs: &[&str]) -> PgServer {
+    let pg = PgServer::start().await;
+    db_init(&pg.admin_url(), jobs);
+    pg
+}
+
+/// `leasehold db init ADMIN_URL --role ROLE --job …` through the binary; it must succeed and
+/// say it created the role.
+fn db_init(admin_url: &str, jobs: &[&str]) {
+    let mut args = vec![
+        "db".to_string(),
+        "init".into(),
+        admin_url.to_string(),
+        "--role".into(),
+        ROLE.into(),
+    ];
+    for j in jobs {
+        args.extend(["--job".to_string(), j.to_string()]);
+    }
+    let out = run_leasehold(&args);
+    assert!(
+        out.status.success(),
+        "db init: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(said.contains(&format!("role {ROLE} created")), "{said}");
+}
+
+/// The charges the database holds, in commit order: (customer, token).
+async fn charges(pg: &PgServer) -> Vec<(String, i64)> {
+    pg.admin()
+        .await
+        .unwrap()
+        .query(
+            "SELECT customer, token FROM charges ORDER BY pg_xact_commit_timestamp(xmin), customer",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+/// The fence's token for `job` as the database holds it.
+async fn fence_token(pg: &PgServer, job: &str) -> i64 {
+    pg.admin()
+        .await
+        .unwrap()
+        .query_one("SELECT token FROM leasehold.fence WHERE job = $1", &[&job])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+fn databases(pg: &PgServer) -> Arc<sql::Database> {
+    let cfg = sql::parse_database(&format!("ledger={}", pg.url(ROLE))).unwrap();
+    let dbs = Databases::new(&[cfg], SqlCaps::default(), Duration::from_secs(2));
+    let ask = SqlAsk {
+        databases: [("ledger".to_string(), "ledger".to_string())].into(),
+        ..SqlAsk::default()
+    };
+    dbs.for_job(&ask).granted["ledger"].clone()
+}
+
+fn limits() -> sql::SqlLimits {
+    sql::SqlLimits {
+        statement_time: Duration::from_secs(5),
+        rows: 100,
+        result_bytes: 1 << 20,
+        idle: Duration::from_secs(5),
+    }
+}
+
+fn term(token: u64, owner: &str) -> Term {
+    // A clock that says the term lasts: only the database can refuse it.
+    Term::new(
+        token,
+        owner.into(),
+        Instant::now() + Duration::from_secs(600),
+    )
+}
+
+async fn insert(tx: &mut Tx, customer: &str, token: u64) {
+    tx.run(
+        "INSERT INTO charges (customer, period, token) VALUES ($1, $2, $3)",
+        &[
+            sql::Value::Text(customer.into()),
+            sql::Value::Text(PERIOD.into()),
+            sql::Value::Int(token as i64),
+        ],
+        true,
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn the_fence_row_serialises_terms_and_refuses_an_older_one() {
+    deadline(Duration::from_secs(120), async {
+        let pg = prepared(&["ledger-job"]).await;
+        let db = databases(&pg);
+        let (old, new) = (term(5, "a:1"), term(6, "b:1"));
+        // The older term holds the row; the newer one waits for it to end.
+        let mut a = Tx::begin("ledger", &db, "ledger-job", &old, limits())
+            .await
+            .unwrap();
+        insert(&mut a, "alice", 5).await;
+        let waiting = {
+            let (db, new) = (db.clone(), new.clone());
+            tokio::spawn(
+                async move { Tx::begin("ledger", &db, "ledger-job", &new, limits()).await },
+            )
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !waiting.is_finished(),
+            "the newer term did not wait for the older one's row lock"
+        );
+        a.commit().await.unwrap();
+        let mut b = waiting.await.unwrap().unwrap();
+        insert(&mut b, "bob", 6).await;
+        b.commit().await.unwrap();
+        // The older term again, with a clock that still says it leads: the database refuses it.
+        let refused = Tx::begin("ledger", &db, "ledger-job", &old, limits()).await;
+        match refused {
+            Err(SqlError::Fenced {
+                token: 5,
+                stored: 6,
+                ..
+            }) => {}
+            Err(e) => panic!("expected fenced, got {e}"),
+            Ok(_) => panic!("an older term's transaction was begun"),
+        }
+        // The same token from another holder is refused too (a counter that went backwards).
+        assert!(matches!(
+            Tx::begin("ledger", &db, "ledger-job", &term(6, "c:1"), limits()).await,
+            Err(SqlError::Fenced { stored: 6, .. })
+        ));
+        assert_eq!(
+            charges(&pg).await,
+            [("alice".to_string(), 5), ("bob".to_string(), 6)],
+            "commit order with tokens"
+        );
+        assert_eq!(fence_token(&pg, "ledger-job").await, 6);
+        // A job not registered for the role cannot raise any fence.
+        assert!(matches!(
+            Tx::begin("ledger", &db, "other-job", &term(9, "a:1"), limits()).await,
+            Err(SqlError::NotGranted(_))
+        ));
+    })
+    .await;
+}
+
+/// A host running `sqlprobe` with `plan`, granted `ledger`, on the Redis at `redis` (a URL: the
+/// server's own, or a fault proxy's in front of it).
+async fn probe_host(
+    pg: &PgServer,
+    plan: &str,
+    sidecar: &str,
+    node: &str,
+    redis: &str,
+    dirs: &(TempDir, TempDir),
+    ttl: (&str, &str),
+) -> HostProcess {
+    deploy_probe(plan, sidecar, dirs);
+    let database = format!("ledger={}", pg.url(ROLE));
+    probe_host_on(node, redis, dirs, ttl, &database, &[])
+}
+
+/// Puts `sqlprobe`, its `sidecar` and its `plan` into `dirs` (jobs, data), rewriting only what
+/// changed (hosts sharing the directories see each file once).
+fn deploy_probe(plan: &str, sidecar: &str, (jobs, data): &(TempDir, TempDir)) {
+    std::fs::create_dir_all(data.join("sqlprobe")).unwrap();
+    if std::fs::read_to_string(data.join("sqlprobe/plan.txt"))
+        .ok()
+        .as_deref()
+        != Some(plan)
+    {
+        std::fs::write(data.join("sqlprobe/plan.txt"), plan).unwrap();
+    }
+    if std::fs::read_to_string(jobs.join("sqlprobe.toml"))
+        .ok()
+        .as_deref()
+        != Some(sidecar)
+    {
+        std::fs::write(jobs.join("sqlprobe.toml"), sidecar).unwrap();
+    }
+    if !jobs.join("sqlprobe.wasm").exists() {
+        std::fs::copy(guests().wasm("sqlprobe"), jobs.join("sqlprobe.wasm")).unwrap();
+    }
+}
+
+/// A host on the probe deployed in `dirs`, with the database flag `database` (`ledger=URL`) and
+/// the environment `env`.
+fn probe_host_on(
+    node: &str,
+    redis: &str,
+    (jobs, data): &(TempDir, TempDir),
+    (ttl, heartbeat): (&str, &str),
+    database: &str,
+    env: &[(&str, &str)],
+) -> HostProcess {
+    let cache = data.join("cache");
+    start_host_with_env(
+        &[
+            "run",
+            "--redis-url",
+            redis,
+            "--jobs-dir",
+            jobs.path().to_str().unwrap(),
+            "--node-id",
+            node,
+            "--lease-ttl",
+            ttl,
+            "--heartbeat",
+            heartbeat,
+            "--data-dir",
+            data.path().to_str().unwrap(),
+            "--database",
+            database,
+            "--cache-dir",
+            cache.to_str().unwrap(),
+        ],
+        env,
+    )
+}
+
+/// The probe's sidecar: the host's `ledger` granted, 1 s statements, and no catch-up (a test
+/// triggers the period when it is ready).
+const SIDECAR: &str = "[catch-up]\npolicy = \"skip\"\n[sql]\nstatement-time = \"1s\"\n[sql.databases]\nledger = \"ledger\"\n";
+
+/// The recorded outcome of each plan line, by line number.
+async fn outcomes(redis: &RedisServer) -> std::collections::BTreeMap<usize, String> {
+    let keys = JobKeys::new("sqlprobe");
+    let mut conn = redis.conn().await;
+    let pattern = keys.data(&format!("result/{PERIOD}/*"));
+    let found: Vec<String> = redis::AsyncCommands::keys(&mut conn, pattern)
+        .await
+        .unwrap();
+    let mut out = std::collections::BTreeMap::new();
+    for k in found {
+        let line: usize = k.rsplit('/').next().unwrap().parse().unwrap();
+        let v: String = redis::AsyncCommands::get(&mut conn, &k).await.unwrap();
+        out.insert(line, v);
+    }
+    out
+}
+
+async fn wait_done(redis: &RedisServer, limit: Duration) -> serde_json::Value {
+    wait_for("the run to finish", limit, || async {
+        run_record(redis, "sqlprobe", PERIOD)
+            .await
+            .filter(|r| r["status"] == "done" || r["status"] == "failed")
+    })
+    .await
+}
+
+#[tokio::test]
+async fn every_escape_from_the_transaction_is_refused_and_nothing_is_written() {
+    deadline(Duration::from_secs(180), async {
+        let pg = prepared(&["sqlprobe"]).await;
+        let redis = RedisServer::start().await;
+        let dirs = (TempDir::new("sql-jobs"), TempDir::new("sql-data"));
+        // Each escape inside a transaction that has written a row: the row must never land.
+        let escapes = [
+            ("COMMIT", "err refused: COMMIT is refused"),
+            ("COMMIT AND CHAIN", "err refused: COMMIT is refused"),
+            ("ROLLBACK", "err refused: ROLLBACK is refused"),
+            ("BEGIN", "err refused: BEGIN is refused"),
+            ("SAVEPOINT s", "err refused: SAVEPOINT is refused"),
+            ("RELEASE SAVEPOINT s", "err refused: RELEASE is refused"),
+            ("SET ROLE postgres", "err refused: SET is refused"),
+            ("RESET ROLE", "err refused: RESET is refused"),
+            ("SET SESSION AUTHORIZATION postgres", "err refused: SET is refused"),
+            ("SET statement_timeout = 0", "err refused: SET is refused"),
+            ("DO $$ BEGIN COMMIT; END $$", "err refused: DO is refused"),
+            ("CALL commits()", "err refused: CALL is refused"),
+            ("INSERT INTO charges VALUES ('x', 'y', 1); COMMIT", "err refused: several statements"),
+            ("UPDATE leasehold.fence SET token = 999999999999999999", "err database: 42501"),
+            ("CREATE TEMP TABLE fence (job text, token bigint)", "err database: 42501"),
+            ("SELECT set_config('role', 'postgres', true)", "err database: 42501"),
+        ];
+        let mut plan = String::new();
+        for (i, (escape, _)) in escapes.iter().enumerate() {
+            plan.push_str(&format!(
+                "begin ledger\ntx INSERT INTO charges (customer, period, token) VALUES ($1, $2, $3) | t:escape-{i} | period | token\ntxq {escape}\ntx SELECT 1\ncommit\n"
+            ));
+        }
+        // statement_timeout lifted by a query (no SET needed): the host's own timer still cancels.
+        plan.push_str(
+            "begin ledger\ntxq SELECT set_config('statement_timeout', '0', true)\ntxq SELECT pg_sleep(5)\ndrop\n",
+        );
+        // Then typed errors outside transactions, and one real write.
+        plan.push_str(
+            "exec ledger INSERT INTO charges (customer, period, token) VALUES ($1, $2, $3) | t:alice | period | token\n\
+             exec ledger INSERT INTO charges (customer, period, token) VALUES ($1, $2, $3) | t:alice | period | token\n\
+             exec elsewhere SELECT 1\n\
+             query ledger SELECT customer, token = $1, 1.5::float8, NULL, '\\x01'::bytea FROM charges ORDER BY customer | token\n\
+             query ledger SELECT now()\n\
+             query ledger SELECT nope FROM charges\n",
+        );
+        let host = probe_host(&pg, &plan, SIDECAR, "n1", &redis.url(), &dirs, ("2s", "500ms")).await;
+        host.wait_for_log("became leader", Duration::from_secs(60)).await;
+        trigger(&redis, "sqlprobe", PERIOD);
+        let record = wait_done(&redis, Duration::from_secs(120)).await;
+        assert_eq!(record["status"], "done", "{record}");
+        let got = outcomes(&redis).await;
+        for (i, (escape, expected)) in escapes.iter().enumerate() {
+            let line = i * 5 + 3;
+            let said = &got[&line];
+            assert!(said.starts_with(expected), "{escape}: {said} (expected {expected}…)");
+            // After the refusal the transaction has ended (database errors roll it back) or goes
+            // on (host refusals); either way the escape row must not be in the database.
+        }
+        let n = escapes.len() * 5;
+        assert!(got[&(n + 2)].starts_with("ok"), "{}", got[&(n + 2)]);
+        assert_eq!(got[&(n + 3)], "err timeout: 1000");
+        let n = n + 4;
+        assert_eq!(got[&(n + 1)], "ok 1");
+        assert!(
+            got[&(n + 2)].starts_with("err constraint: 23505") && got[&(n + 2)].contains("constraint=charges_customer_period_key"),
+            "{}",
+            got[&(n + 2)]
+        );
+        assert!(got[&(n + 3)].starts_with("err not-granted: database elsewhere is not granted"), "{}", got[&(n + 3)]);
+        assert!(got[&(n + 4)].contains("[\"alice\",true,1.5,null,x01]"), "{}", got[&(n + 4)]);
+        assert!(got[&(n + 5)].starts_with("err unsupported: column now has type timestamptz"), "{}", got[&(n + 5)]);
+        assert!(got[&(n + 6)].starts_with("err database: 42703"), "{}", got[&(n + 6)]);
+        // Only host-refused escapes left a transaction open to commit; none of their rows, nor
+        // any other escape's, was written except by a commit the host made after the refusal.
+        let rows = charges(&pg).await;
+        let escaped: Vec<_> = rows
+            .iter()
+            .filter(|(c, _)| c.starts_with("escape-") || c == "x")
+            .collect();
+        // A host refusal leaves the transaction open (the guest may go on), so its commit lands
+        // the first insert: exactly the escapes refused by the host, under this term's token.
+        let host_refused = escapes.iter().filter(|(_, e)| e.starts_with("err refused")).count();
+        assert_eq!(escaped.len(), host_refused, "{rows:?}");
+        let token = fence_token(&pg, "sqlprobe").await;
+        assert!(token < 999999999999999999, "the fence was changed by the guest");
+        assert!(rows.iter().all(|(_, t)| *t == token), "{rows:?} under fence {token}");
+        assert!(!rows.iter().any(|(c, _)| c == "x"), "a second statement ran: {rows:?}");
+    })
+    .await;
+}
+
+/// The plan of a charge that holds its transaction open: begin, insert, mark, spin for `hold`
+/// milliseconds, commit.
+fn holding_charge(hold: u32) -> String {
+    format!(
+        "begin ledger\n\
+         tx INSERT INTO charges (customer, period, token) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING | t:alice | period | token\n\
+         mark holding\n\
+         hold {hold}\n\
+         commit\n"
+    )
+}
+
+/// How the leader holding the transaction open is taken away.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// SIGSTOP past its lease, then SIGCONT once its successor is done.
+    Freeze,
+    /// SIGKILL: its connection closes and the database rolls back.
+    Kill,
+    /// Its Redis cut off (a blackhole in front of it) while it runs on with the transaction
+    /// open and PostgreSQL still reachable: the host must not COMMIT once its local deadline
+    /// has passed.
+    Cut,
+}
+
+#[tokio::test]
+async fn a_frozen_leaders_transaction_never_lands_and_its_successor_charges_once() {
+    leader_lost_mid_transaction(Fault::Freeze).await;
+}
+
+#[tokio::test]
+async fn a_killed_leaders_transaction_never_lands_and_its_successor_charges_once() {
+    leader_lost_mid_transaction(Fault::Kill).await;
+}
+
+#[tokio::test]
+async fn a_leader_cut_off_from_redis_does_not_commit_past_its_deadline() {
+    leader_lost_mid_transaction(Fault::Cut).await;
+}
+
+/// The leader is taken away (`fault`) while its transaction is open with a row written: the
+/// successor waits for the fence's row, charges once under its own token, and nothing of the
+/// old term lands, judged from the database's rows, their tokens and their commit order.
+async fn leader_lost_mid_transaction(fault: Fault) {
+    deadline(Duration::from_secs(240), async {
+        let pg = prepared(&["sqlprobe"]).await;
+        let redis = RedisServer::start().await;
+        let dirs = (TempDir::new("sql-jobs"), TempDir::new("sql-data"));
+        let sidecar = "[catch-up]\npolicy = \"skip\"\n[sql]\nstatement-time = \"10s\"\n[sql.databases]\nledger = \"ledger\"\n";
+        // Cut off, the leader spins on with its transaction open until well past its local
+        // deadline (lease 2 s), then tries to commit; frozen or killed, a second is enough.
+        let plan = holding_charge(if fault == Fault::Cut { 5000 } else { 1000 });
+        let proxies = [
+            FaultProxy::start(redis.port).await,
+            FaultProxy::start(redis.port).await,
+        ];
+        let mut hosts = [
+            probe_host(&pg, &plan, sidecar, "n1", &proxies[0].url(), &dirs, ("2s", "500ms")).await,
+            probe_host(&pg, &plan, sidecar, "n2", &proxies[1].url(), &dirs, ("2s", "500ms")).await,
+        ];
+        for h in &hosts {
+            h.wait_for_log("loaded job", Duration::from_secs(60)).await;
+        }
+        trigger(&redis, "sqlprobe", PERIOD);
+        let keys = JobKeys::new("sqlprobe");
+        let mark = keys.data("mark/holding");
+        wait_for("the leader to hold its transaction open", Duration::from_secs(60), || async {
+            let v: Option<String> = redis::AsyncCommands::get(&mut redis.conn().await, &mark)
+                .await
+                .unwrap();
+            v
+        })
+        .await;
+        // Whoever leads now (balancing may have handed the job over) is frozen with its
+        // transaction open and the fence row locked.
+        let owner: String = redis::AsyncCommands::get(&mut redis.conn().await, keys.lease())
+            .await
+            .unwrap();
+        let (z, s) = if owner.starts_with("n1:") { (0, 1) } else { (1, 0) };
+        let before = hosts[s].log_lines_with("became leader").len();
+        match fault {
+            Fault::Freeze => hosts[z].pause(),
+            Fault::Kill => hosts[z].kill(),
+            Fault::Cut => proxies[z].set(ProxyFault::Blackhole),
+        }
+        let (first, second) = (&hosts[z], &hosts[s]);
+        if fault == Fault::Cut {
+            // It noticed by itself, at its local deadline, and its step ended without a commit.
+            let stopped = first
+                .wait_for_log("stopped leading", Duration::from_secs(30))
+                .await;
+            assert!(stopped.contains("local lease deadline passed"), "{stopped}");
+            first
+                .wait_for_log("step abandoned", Duration::from_secs(30))
+                .await;
+            // The successor need not hold its transaction open as long (past the database's
+            // idle limit, which would end it).
+            std::fs::write(dirs.1.join("sqlprobe/release"), "").unwrap();
+        }
+        wait_for("the other host to lead", Duration::from_secs(60), || async {
+            (second.log_lines_with("became leader").len() > before).then_some(())
+        })
+        .await;
+        let record = wait_done(&redis, Duration::from_secs(120)).await;
+        assert_eq!(record["status"], "done", "{record}");
+        if fault == Fault::Freeze {
+            let rows_at_resume = charges(&pg).await;
+            first.resume();
+            // The zombie's step ends without committing (its term is over, and its session
+            // was ended by the database while it was frozen).
+            first
+                .wait_for_log("step abandoned", Duration::from_secs(30))
+                .await;
+            assert_eq!(
+                charges(&pg).await,
+                rows_at_resume,
+                "a row landed after the zombie woke"
+            );
+        }
+        let rows = charges(&pg).await;
+        let token = fence_token(&pg, "sqlprobe").await;
+        assert_eq!(
+            rows,
+            [("alice".to_string(), token)],
+            "one charge, by the successor's term; the probe's outcomes: {:?}",
+            outcomes(&redis).await
+        );
+        let became: serde_json::Value =
+            serde_json::from_str(second.log_lines_with("became leader").last().unwrap()).unwrap();
+        let second_token = became["token"]
+            .as_i64()
+            .expect("the successor's token in its log");
+        assert_eq!(token, second_token, "the fence holds the successor's token");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_database_ahead_of_redis_costs_one_term_and_the_run_still_writes_once() {
+    deadline(Duration::from_secs(180), async {
+        let pg = prepared(&["sqlprobe"]).await;
+        let redis = RedisServer::start().await;
+        let dirs = (TempDir::new("sql-jobs"), TempDir::new("sql-data"));
+        let plan = "exec ledger INSERT INTO charges (customer, period, token) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING | t:alice | period | token\n";
+        let host = probe_host(&pg, plan, SIDECAR, "n1", &redis.url(), &dirs, ("2s", "500ms")).await;
+        host.wait_for_log("became leader", Duration::from_secs(60)).await;
+        // The database saw terms Redis no longer knows of (Redis restarted empty with its clock
+        // set back, or another Redis): its fence is far above any token this Redis issues.
+        let ahead: i64 = 1 << 52;
+        pg.exec(&format!("UPDATE leasehold.fence SET token = {ahead}, holder = 'elsewhere' WHERE job = 'sqlprobe'"))
+            .await;
+        trigger(&redis, "sqlprobe", PERIOD);
+        let record = wait_done(&redis, Duration::from_secs(120)).await;
+        assert_eq!(record["status"], "done", "{record}");
+        host.wait_for_log("raised the token counter", Duration::from_secs(5))
+            .await;
+        let token = fence_token(&pg, "sqlprobe").await;
+        assert!(token > ahead, "the fence holds {token}, not above {ahead}");
+        assert_eq!(charges(&pg).await, [("alice".to_string(), token)]);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn db_init_is_idempotent_and_a_host_refuses_a_fence_it_cannot_trust() {
+    deadline(Duration::from_secs(120), async {
+        let pg = prepared(&["sqlprobe"]).await;
+        let again = run_leasehold(&[
+            "db",
+            "init",
+            &pg.admin_url(),
+            "--role",
+            ROLE,
+            "--job",
+            "sqlprobe",
+        ]);
+        assert!(again.status.success());
+        let said = String::from_utf8_lossy(&again.stdout).to_string();
+        assert!(said.contains("job sqlprobe: already registered"), "{said}");
+        assert!(!said.contains("created"), "{said}");
+        // The role given UPDATE on the fence: a host will not start on such a database.
+        pg.exec(&format!("GRANT UPDATE ON leasehold.fence TO {ROLE}"))
+            .await;
+        let redis = RedisServer::start().await;
+        let dirs = (TempDir::new("sql-jobs"), TempDir::new("sql-data"));
+        let mut host =
+            probe_host(&pg, "", SIDECAR, "n1", &redis.url(), &dirs, ("2s", "500ms")).await;
+        let status = host
+            .wait_exit("the host to refuse the database", Duration::from_secs(60))
+            .await;
+        assert!(!status.success());
+        let log = host.log().join("\n");
+        assert!(log.contains("may change leasehold.fence directly"), "{log}");
+        // A host without the database a job's sidecar needs refuses that job, naming it.
+        pg.exec(&format!("REVOKE UPDATE ON leasehold.fence FROM {ROLE}"))
+            .await;
+        let jobs = TempDir::new("sql-nodb");
+        std::fs::copy(guests().wasm("sqlprobe"), jobs.join("sqlprobe.wasm")).unwrap();
+        std::fs::write(jobs.join("sqlprobe.toml"), SIDECAR).unwrap();
+        let host = HostProcess::start_node(
+            LEASEHOLD,
+            &redis.url(),
+            jobs.path(),
+            "n2",
+            ("2s", "500ms"),
+            &["--cache-dir", dirs.1.join("cache").to_str().unwrap()],
+        );
+        host.wait_for_log("needs database ledger", Duration::from_secs(60))
+            .await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn tls_to_postgresql_is_verified_and_an_untrusted_server_is_refused() {
+    deadline(Duration::from_secs(180), async {
+        let ca = TestCa::make();
+        let pg = PgServer::start_tls(&ca).await;
+        let root = format!("sslrootcert={}", ca.ca.display());
+        // `db init` itself over TLS, trusting the CA named in its URL.
+        db_init(
+            &format!("{}?sslmode=verify-full&{root}", pg.admin_url()),
+            &["sqlprobe"],
+        );
+        let plan =
+            "query ledger SELECT ssl, version FROM pg_stat_ssl WHERE pid = pg_backend_pid()\n";
+        let url = pg.url(ROLE);
+        let ca_file = ca.ca.to_str().unwrap();
+        // (how the database is named, the host's environment, what the probe must get)
+        type Case<'a> = (String, Vec<(&'a str, &'a str)>, &'a str);
+        let cases: [Case; 3] = [
+            // The CA trusted through SSL_CERT_FILE, as for rediss:// URLs.
+            (
+                format!("ledger={url}?sslmode=require"),
+                vec![("SSL_CERT_FILE", ca_file)],
+                "ok [[true,\"TLSv1.",
+            ),
+            // The CA named in the URL.
+            (
+                format!("ledger={url}?sslmode=verify-full&{root}"),
+                vec![],
+                "ok [[true,\"TLSv1.",
+            ),
+            // Not trusted (the system's CAs do not include the test's): no connection, and the
+            // guest is told why.
+            (
+                format!("ledger={url}?sslmode=require"),
+                vec![],
+                "err unavailable: connecting to",
+            ),
+        ];
+        for (i, (database, env, expected)) in cases.iter().enumerate() {
+            let redis = RedisServer::start().await;
+            let dirs = (TempDir::new("sql-tls-jobs"), TempDir::new("sql-tls-data"));
+            deploy_probe(plan, SIDECAR, &dirs);
+            let host = probe_host_on("n1", &redis.url(), &dirs, ("2s", "500ms"), database, env);
+            host.wait_for_log("became leader", Duration::from_secs(60))
+                .await;
+            trigger(&redis, "sqlprobe", PERIOD);
+            let record = wait_done(&redis, Duration::from_secs(120)).await;
+            assert_eq!(record["status"], "done", "case {i}: {record}");
+            let got = &outcomes(&redis).await[&1];
+            assert!(got.starts_with(expected), "case {i} ({database}): {got}");
+            if i == 2 {
+                // The start-up check could not reach it either, and said why.
+                let warned = host.log_lines_with("cannot check database ledger now");
+                assert!(
+                    warned
+                        .iter()
+                        .any(|l| l.contains("TLS, trusting the system's CAs")
+                            && l.to_lowercase().contains("certificate")),
+                    "{warned:?}"
+                );
+                assert!(got.to_lowercase().contains("certificate"), "{got}");
+            }
+        }
+    })
+    .await;
+}
