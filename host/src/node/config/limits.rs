@@ -57,7 +57,7 @@ impl RawLimits {
         .with_instance_pool(self.instance_pool))
     }
 
-    fn check(&self, bad: &mut Vec<Violation>) {
+    pub(super) fn check(&self, bad: &mut Vec<Violation>) {
         if self.max_memory < 1 << 20 {
             bad.push(Violation::new(
                 Setting::MaxMemory,
