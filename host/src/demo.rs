@@ -4,9 +4,11 @@
 //! this binary) share one Redis. One leads the daily reconciliation of a generated day; the demo
 //! freezes it mid-run (SIGSTOP), a follower takes over with a higher token and resumes from the
 //! last checkpoint, the frozen leader wakes and steps down, a write carrying its old token is
-//! refused by the fence, and exactly one report exists for the day. Where PostgreSQL is
-//! installed, the demo also starts one of its own: the successor's term books the report there,
-//! and the frozen leader's late transaction is refused by the database's own fence.
+//! refused by the fence, and exactly one report exists for the day. The fence beyond Redis
+//! ([`effects`]): where PostgreSQL is installed, the demo starts one of its own, the successor's
+//! term books the report there and the frozen leader's late transaction is refused by the
+//! database's own fence; and a fenced HTTP receiver (a payment provider's stand-in) accepts the
+//! successor's request and refuses the frozen leader's late one by its token.
 //!
 //! The demo reads the replicas' JSON logs to follow what happens; it never sleeps a fixed time
 //! to "let things settle": every wait is for an event, with a deadline.
@@ -17,15 +19,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow, bail};
 use leasehold_harness::fixtures::{self, Totals};
-use leasehold_harness::{HostProcess, PgServer, RedisConfig, RedisServer, TempDir, poll_until};
+use leasehold_harness::{HostProcess, RedisConfig, RedisServer, TempDir, poll_until};
 use redis::AsyncCommands;
 use serde_json::Value;
 
 use leasehold::coord::fence::{self, FenceError};
-use leasehold::coord::term::Term;
 use leasehold::exec::runs::{self, RunStatus};
-use leasehold::exec::sql::{self, Databases, SqlAsk, SqlCaps, SqlError, SqlLimits, Tx};
 use leasehold::store::keys::JobKeys;
+
+mod effects;
 
 /// The day the demo reconciles.
 pub(crate) const DEMO_PERIOD: &str = "2026-11-27";
@@ -264,7 +266,7 @@ pub(crate) async fn run(opts: DemoOptions) -> anyhow::Result<()> {
     }
 
     if leasehold_harness::postgres::available() {
-        postgres_scene(
+        effects::postgres_scene(
             &demo,
             (name_a, token_a, &owner_a),
             (name_b, token_b, &owner_b),
@@ -273,6 +275,12 @@ pub(crate) async fn run(opts: DemoOptions) -> anyhow::Result<()> {
     } else {
         demo.say("PostgreSQL is not installed here, so the scene of the fence inside a database is skipped (`./dev setup` installs it).");
     }
+    effects::http_scene(
+        &demo,
+        (name_a, token_a, &owner_a),
+        (name_b, token_b, &owner_b),
+    )
+    .await?;
 
     let start = Instant::now();
     let done = loop {
@@ -318,88 +326,6 @@ pub(crate) async fn run(opts: DemoOptions) -> anyhow::Result<()> {
     }
     for r in &mut demo.replicas {
         r.host.stop(WAIT).await;
-    }
-    Ok(())
-}
-
-/// The fence inside PostgreSQL (the `sql` import): a database of the demo's own, prepared as
-/// `leasehold db init` prepares one; the successor's term books the day's report in a
-/// transaction that raises the database's fence to its token; then the zombie's transaction,
-/// sent exactly as its host would send it (its token, and a clock that says it still leads),
-/// is refused by the database.
-async fn postgres_scene(
-    demo: &Demo,
-    (name_a, token_a, owner_a): (&str, u64, &str),
-    (name_b, token_b, owner_b): (&str, u64, &str),
-) -> anyhow::Result<()> {
-    const ROLE: &str = "lh_demo";
-    let pg = PgServer::start().await;
-    let admin = pg
-        .admin()
-        .await
-        .context("connecting to the demo's PostgreSQL")?;
-    sql::fence::init(&admin, ROLE, &[JOB.to_string()])
-        .await
-        .context("preparing the fence")?;
-    admin
-        .batch_execute(&format!(
-            "CREATE TABLE reports (period text PRIMARY KEY, body text NOT NULL, token bigint NOT NULL);
-             GRANT SELECT, INSERT ON reports TO {ROLE}"
-        ))
-        .await?;
-    let cfg = sql::parse_database(&format!("ledger={}", pg.url(ROLE))).map_err(|e| anyhow!(e))?;
-    let dbs = Databases::new(&[cfg], SqlCaps::default(), Duration::from_secs(2));
-    let ask = SqlAsk {
-        databases: [("ledger".to_string(), "ledger".to_string())].into(),
-        ..SqlAsk::default()
-    };
-    let db = dbs.for_job(&ask).granted["ledger"].clone();
-    let limits = SqlLimits {
-        statement_time: Duration::from_secs(5),
-        rows: 10,
-        result_bytes: 1 << 20,
-        idle: Duration::from_secs(2),
-    };
-    // Both terms with a clock that says they lead: only the database decides.
-    let lasting = || Instant::now() + Duration::from_secs(60);
-    let successor = Term::new(token_b, owner_b.to_string(), lasting());
-    let book = "INSERT INTO reports (period, body, token) VALUES ($1, $2, $3)";
-    let mut tx = Tx::begin("ledger", &db, JOB, &successor, limits)
-        .await
-        .map_err(|e| anyhow!("the successor's transaction: {e}"))?;
-    tx.run(
-        book,
-        &[
-            sql::Value::Text(DEMO_PERIOD.into()),
-            sql::Value::Text(format!("report by {name_b}")),
-            sql::Value::Int(token_b as i64),
-        ],
-        true,
-    )
-    .await
-    .map_err(|e| anyhow!("booking the report: {e}"))?;
-    tx.commit()
-        .await
-        .map_err(|e| anyhow!("committing the report: {e}"))?;
-    demo.say(&format!(
-        "Jobs that write to PostgreSQL (the `sql` import) carry the same fence into the database. In a PostgreSQL of the demo's own, prepared by `leasehold db init`, {name_b}'s term booked the day's report in a transaction that first raised the database's fence row to {token_b}, inside that transaction."
-    ));
-    let zombie = Term::new(token_a, owner_a.to_string(), lasting());
-    match Tx::begin("ledger", &db, JOB, &zombie, limits).await {
-        Err(e @ SqlError::Fenced { .. }) => demo.say(&format!(
-            "{name_a}'s late transaction, sent as its host sends one (token {token_a}, and a clock that says it still leads): refused by PostgreSQL itself — {e}. Nothing of it was written."
-        )),
-        Ok(_) => bail!("PostgreSQL began a transaction with the old token {token_a}: this is a bug"),
-        Err(e) => bail!("the zombie's transaction: {e}"),
-    }
-    let rows = admin
-        .query(
-            "SELECT token FROM reports WHERE period = $1",
-            &[&DEMO_PERIOD],
-        )
-        .await?;
-    if rows.len() != 1 || rows[0].get::<_, i64>(0) != token_b as i64 {
-        bail!("the database's reports are not the successor's one row");
     }
     Ok(())
 }

@@ -4,13 +4,15 @@
 //! exactly one applied write per charge key, all of them fenced, and one `done` record for the
 //! period. With charges booked in PostgreSQL (the sample's `ledger` database), it is the
 //! database's own record: one row per customer, and in commit order the rows' tokens never go
-//! back.
+//! back. With a payment provider (the harness's fenced [`Receiver`]), it is also the provider's
+//! own record: one applied charge per customer, each under a token no newer than its booking,
+//! and none applied from a zombie once a successor has charged.
 
 use std::time::Duration;
 
 use redis::AsyncCommands;
 
-use leasehold_harness::PgServer;
+use leasehold_harness::{PgServer, Receiver};
 
 use crate::harness::{
     HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, deploy_billing, run_records, wait_for,
@@ -36,17 +38,22 @@ struct Billing {
     recorder: Recorder,
     /// The ledger database, when charges are booked there.
     pg: Option<PgServer>,
+    /// The payment provider, when customers are charged there first.
+    provider: Option<Receiver>,
 }
 
 impl Billing {
     /// Three replicas billing 200 customers, 10 ms per charge (a step takes about half a
     /// second, long enough to be interrupted).
-    async fn start(name: &str, sink: Sink) -> Self {
+    /// With `provider`, each customer is charged at a payment provider first (the harness's
+    /// fenced receiver).
+    async fn start_with(name: &str, sink: Sink, provider: bool) -> Self {
         let redis = RedisServer::start().await;
         let dir = TempDir::new(name);
         let (jobs, data) = deploy_billing(dir.path(), CUSTOMERS);
         std::fs::write(data.join("billing/delay-ms"), "10").unwrap();
         let mut args = vec!["--data-dir".to_string(), data.to_str().unwrap().to_string()];
+        let mut sidecar = String::new();
         let pg = match sink {
             Sink::Store => None,
             Sink::Postgres => {
@@ -58,16 +65,26 @@ impl Billing {
                     crate::sql::ROLE
                 ))
                 .await;
-                std::fs::write(
-                    jobs.join("billing.toml"),
-                    "[sql.databases]\nledger = \"ledger\"\n",
-                )
-                .unwrap();
+                sidecar.push_str("[sql.databases]\nledger = \"ledger\"\n");
                 args.push("--database".into());
                 args.push(format!("ledger={}", pg.url(crate::sql::ROLE)));
                 Some(pg)
             }
         };
+        let provider = match provider {
+            false => None,
+            true => {
+                let receiver = Receiver::start().await;
+                let url = receiver.url();
+                std::fs::write(data.join("billing/provider"), format!("{url}/charge")).unwrap();
+                sidecar.push_str(&format!("[http]\nallow = [\"{url}\"]\n"));
+                args.extend(["--http-allow".into(), url, "--http-allow-private".into()]);
+                Some(receiver)
+            }
+        };
+        if !sidecar.is_empty() {
+            std::fs::write(jobs.join("billing.toml"), sidecar).unwrap();
+        }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let recorder = Recorder::start(&redis).await;
         let hosts = (0..3)
@@ -88,7 +105,78 @@ impl Billing {
             hosts,
             recorder,
             pg,
+            provider,
         }
+    }
+
+    /// The token each customer's charge was booked under, from the ledger or the store.
+    async fn booked_tokens(&self, period: &str) -> std::collections::BTreeMap<String, u64> {
+        if self.pg.is_some() {
+            return self
+                .ledger_rows(period)
+                .await
+                .into_iter()
+                .map(|(c, t)| (c, t as u64))
+                .collect();
+        }
+        let mut conn = self.redis.conn().await;
+        let mut out = std::collections::BTreeMap::new();
+        for i in 0..CUSTOMERS {
+            let customer = format!("c{i:04}");
+            let v: String = conn
+                .get(format!("lh:{{billing}}:data:charge/{period}/{customer}"))
+                .await
+                .unwrap();
+            let token = v
+                .split(' ')
+                .find_map(|p| p.strip_prefix("token="))
+                .and_then(|t| t.parse().ok())
+                .unwrap_or_else(|| panic!("charge of {customer} has no token: {v:?}"));
+            out.insert(customer, token);
+        }
+        out
+    }
+
+    /// The provider's record: every customer charged there once, each charge applied under a
+    /// token no newer than its booking's (the provider is charged first), every request
+    /// carrying the job, the period and one token; and more requests than customers (a step
+    /// ran again and its repeated requests were applied once, by the idempotency keys).
+    async fn assert_charged_once_at_the_provider(&self, period: &str) {
+        let provider = self.provider.as_ref().expect("a payment provider");
+        let prefix = format!("{period}/");
+        let applied: Vec<(String, u64)> = provider
+            .applied()
+            .into_iter()
+            .filter_map(|(k, t)| k.strip_prefix(&prefix).map(|c| (c.to_string(), t)))
+            .collect();
+        assert_eq!(
+            applied.len(),
+            CUSTOMERS,
+            "every customer charged at the provider"
+        );
+        let booked = self.booked_tokens(period).await;
+        for (customer, token) in &applied {
+            let at = booked[customer];
+            assert!(
+                *token <= at,
+                "{customer} was charged under token {token}, after its booking under {at}"
+            );
+        }
+        let all = provider.received();
+        for r in &all {
+            assert_eq!(r.header("leasehold-job"), Some("billing"), "{r:?}");
+            assert_eq!(r.count("leasehold-period"), 1, "{r:?}");
+            assert_eq!(r.count("leasehold-token"), 1, "{r:?}");
+        }
+        let requests: Vec<_> = all
+            .iter()
+            .filter(|r| r.header("leasehold-period") == Some(period))
+            .collect();
+        assert!(
+            requests.len() > CUSTOMERS,
+            "{} requests for {CUSTOMERS} customers: no step charged again",
+            requests.len()
+        );
     }
 
     /// The key whose appearance shows that customer c0060 (in step 1) has been charged.
@@ -259,13 +347,34 @@ async fn a_frozen_leader_books_nothing_in_the_postgresql_ledger_after_it_wakes()
     frozen_leader("billing-pg-zombie", Sink::Postgres).await;
 }
 
-/// The leader is SIGKILLed inside step 1; a successor re-executes the step from the checkpoint.
+#[tokio::test]
+async fn a_crashed_leader_charges_the_payment_provider_once_per_customer() {
+    crashed_leader_with("billing-http-crash", Sink::Store, true).await;
+}
+
+#[tokio::test]
+async fn a_frozen_leader_charges_the_payment_provider_nothing_after_it_wakes() {
+    frozen_leader_with("billing-http-zombie", Sink::Postgres, true).await;
+}
+
 async fn crashed_leader(name: &str, sink: Sink) {
+    crashed_leader_with(name, sink, false).await;
+}
+
+async fn frozen_leader(name: &str, sink: Sink) {
+    frozen_leader_with(name, sink, false).await;
+}
+
+/// The leader is SIGKILLed inside step 1; a successor re-executes the step from the checkpoint.
+async fn crashed_leader_with(name: &str, sink: Sink, provider: bool) {
     deadline(Duration::from_secs(180), async {
-        let mut b = Billing::start(name, sink).await;
+        let mut b = Billing::start_with(name, sink, provider).await;
         let (leader, period) = b.leader_mid_step().await;
         b.hosts[leader].kill();
         b.assert_billed_once(&period).await;
+        if provider {
+            b.assert_charged_once_at_the_provider(&period).await;
+        }
         // The successor re-executed the interrupted step and found the charges already made.
         let resumed = b
             .hosts
@@ -287,13 +396,23 @@ async fn crashed_leader(name: &str, sink: Sink) {
 }
 
 /// The leader is frozen (SIGSTOP) inside step 1 until a successor has finished the run, then
-/// woken: whatever it still tries changes nothing.
-async fn frozen_leader(name: &str, sink: Sink) {
+/// woken: whatever it still tries changes nothing. With a provider, the zombie's requests after
+/// it wakes are either never sent (the host's deadline) or refused `409` (the token).
+async fn frozen_leader_with(name: &str, sink: Sink, provider: bool) {
     deadline(Duration::from_secs(180), async {
-        let b = Billing::start(name, sink).await;
+        let b = Billing::start_with(name, sink, provider).await;
         let (leader, period) = b.leader_mid_step().await;
+        // The zombie's token: the newest request's, sent while it was inside step 1.
+        let zombie = b
+            .provider
+            .as_ref()
+            .and_then(|p| p.received().last().and_then(|r| r.token()));
         b.hosts[leader].pause();
         b.assert_billed_once(&period).await;
+        let before = b
+            .provider
+            .as_ref()
+            .map(|p| (p.received().len(), p.applied()));
         let rows = match sink {
             Sink::Postgres => Some(b.ledger_rows(&period).await),
             Sink::Store => None,
@@ -304,6 +423,27 @@ async fn frozen_leader(name: &str, sink: Sink) {
             .await;
         // Whatever the zombie still tried, nothing it sent after waking was applied.
         b.assert_billed_once(&period).await;
+        if let (Some(p), Some((seen, applied)), Some(zombie)) = (&b.provider, before, zombie) {
+            b.assert_charged_once_at_the_provider(&period).await;
+            assert_eq!(
+                p.applied(),
+                applied,
+                "the provider applied a charge after the zombie woke"
+            );
+            for r in &p.received()[seen..] {
+                if r.token() <= Some(zombie) {
+                    assert_eq!(
+                        r.status, 409,
+                        "the zombie's late request was not refused: {r:?}"
+                    );
+                }
+            }
+            let successor = p.highest("billing").unwrap();
+            assert!(
+                successor > zombie,
+                "the provider saw no newer term than {zombie}"
+            );
+        }
         if let Some(rows) = rows {
             assert_eq!(
                 b.ledger_rows(&period).await,

@@ -1,5 +1,6 @@
 //! A randomized soak: three real replicas billing customers twice over — the `billing` job
-//! charging in the store, its twin `billing-pg` booking in a PostgreSQL ledger — each replica
+//! charging each customer at a payment provider over HTTP (the harness's fenced receiver) and
+//! booking it in the store, its twin `billing-pg` booking in a PostgreSQL ledger — each replica
 //! reaching Redis through a fault proxy of its own, while faults land at random — leaders and followers killed, frozen
 //! past their lease, stopped gracefully and restarted; a host's connections cut off (then
 //! reset) or held (then delivered late, the zombie's writes arriving after its term); Redis
@@ -9,7 +10,9 @@
 //! no write below it, no bookkeeping write outside a fenced script, every triggered period ends
 //! with exactly one `done` record, and every customer is charged exactly once per period; and
 //! against the database's own record: one ledger row per customer and period, and in commit
-//! order the rows' tokens never go back.
+//! order the rows' tokens never go back; and against the provider's: one applied charge per
+//! customer and period, under a token no newer than the store's booking of it, every request
+//! carrying the job, its period and one token.
 //!
 //! A run that a restarted host cannot continue (it started with a component version the host
 //! no longer has) fails with `version-changed`, by design; the soak then triggers the period
@@ -22,6 +25,8 @@
 
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+use leasehold_harness::Receiver;
 
 use crate::harness::{
     HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, deploy_billing, guests, new_version,
@@ -72,6 +77,8 @@ struct Soak {
     proxies: Vec<FaultProxy>,
     /// `ledger=URL` of the PostgreSQL ledger (not behind the proxies).
     database: String,
+    /// The payment provider's destination (not behind the proxies either).
+    provider: String,
 }
 
 impl Soak {
@@ -88,6 +95,9 @@ impl Soak {
                 data.to_str().unwrap(),
                 "--database",
                 &self.database,
+                "--http-allow",
+                &self.provider,
+                "--http-allow-private",
             ],
         )
     }
@@ -124,8 +134,16 @@ async fn random_faults_leave_one_result_per_period_and_one_charge_per_customer()
         let redis = RedisServer::start_with_aof().await;
         let dir = TempDir::new("soak");
         let (jobs, data) = deploy_billing(dir.path(), CUSTOMERS);
-        std::fs::write(jobs.join("billing.toml"), RETRY).unwrap();
         std::fs::write(data.join("billing/delay-ms"), "2").unwrap();
+        // `billing` charges at the provider first (its twin's data has no `provider`).
+        let receiver = Receiver::start().await;
+        let provider = receiver.url();
+        std::fs::write(
+            jobs.join("billing.toml"),
+            format!("{RETRY}[http]\nallow = [\"{provider}\"]\n"),
+        )
+        .unwrap();
+        std::fs::write(data.join("billing/provider"), format!("{provider}/charge")).unwrap();
         // The twin: the same component under another name, granted the ledger; its inputs are
         // the same customers.
         let pg = crate::sql::initialised(&["billing-pg"]).await;
@@ -159,6 +177,7 @@ async fn random_faults_leave_one_result_per_period_and_one_charge_per_customer()
             hosts: Vec::new(),
             proxies,
             database: format!("ledger={}", pg.url(crate::sql::ROLE)),
+            provider,
         };
         for i in 0..3 {
             let h = soak.start_host(i);
@@ -318,6 +337,43 @@ async fn random_faults_leave_one_result_per_period_and_one_charge_per_customer()
             assert_eq!(applied, CUSTOMERS, "{period}: no customer charged twice (seed {seed})");
             charges += applied;
         }
+        // The provider's record: each key (`<period>/<customer>`) applied once by construction,
+        // so what is checked is that every customer has one, under a token no newer than the
+        // store's booking (the provider is charged first, the booking follows).
+        let at_provider = receiver.applied();
+        let booked_under: BTreeMap<&str, u64> = applied
+            .iter()
+            .filter(|a| a.key.starts_with("lh:{billing}:data:charge/") && !a.value.is_empty())
+            .filter_map(|a| {
+                let token = a
+                    .value
+                    .split(' ')
+                    .find_map(|p| p.strip_prefix("token=").and_then(|t| t.parse().ok()))?;
+                Some((a.key.strip_prefix("lh:{billing}:data:charge/")?, token))
+            })
+            .collect();
+        let mut provider_charges = 0;
+        for period in &triggered {
+            let prefix = format!("{period}/");
+            let here: Vec<(&String, &u64)> =
+                at_provider.iter().filter(|(k, _)| k.starts_with(&prefix)).collect();
+            assert_eq!(here.len(), CUSTOMERS, "{period}: every customer charged at the provider (seed {seed})");
+            for (key, token) in here {
+                let booked = booked_under[key.as_str()];
+                assert!(*token <= booked, "{key}: charged at the provider under {token}, booked under {booked} (seed {seed})");
+            }
+            provider_charges += CUSTOMERS;
+        }
+        let requests = receiver.received();
+        for r in &requests {
+            assert!(
+                r.header("leasehold-job") == Some("billing")
+                    && r.header("leasehold-period").is_some()
+                    && r.count("leasehold-token") == 1,
+                "a provider request without the job, its period and one token: {r:?} (seed {seed})"
+            );
+        }
+        let refused = requests.iter().filter(|r| r.status == 409).count();
         // The ledger, as PostgreSQL committed it: one row per customer and period, and no row
         // of an older term committed after one of a newer term.
         let rows: Vec<(String, String, i64)> = pg
@@ -348,8 +404,9 @@ async fn random_faults_leave_one_result_per_period_and_one_charge_per_customer()
             t.len()
         };
         eprintln!(
-            "soak summary: {rounds} rounds, seed {seed}, faults {faults:?}, {} periods done once each per job ({reruns} re-run after version-changed), {charges} charges applied once each in the store, {} ledger rows of triggered periods booked once each in PostgreSQL, every row's token in commit order ({terms} token changes), {} applied fenced writes checked over {} Redis lifetimes, 0 violations",
+            "soak summary: {rounds} rounds, seed {seed}, faults {faults:?}, {} periods done once each per job ({reruns} re-run after version-changed), {charges} charges applied once each in the store, {provider_charges} charged once each at the HTTP provider ({} requests, {refused} refused as stale), {} ledger rows of triggered periods booked once each in PostgreSQL, every row's token in commit order ({terms} token changes), {} applied fenced writes checked over {} Redis lifetimes, 0 violations",
             triggered.len(),
+            requests.len(),
             CUSTOMERS * triggered.len(),
             applied.len(),
             recorders.len()

@@ -665,3 +665,102 @@ async fn tls_to_postgresql_is_verified_and_an_untrusted_server_is_refused() {
     })
     .await;
 }
+
+/// The reconciliation sample granted an `accounting` database writes the day's report into its
+/// `reconciliation_reports` table (`guest-jobs/reconciliation/reports.sql`): one row, under the
+/// term's token (the database's own fence row holds the same), with the totals and the text
+/// report the store holds.
+#[tokio::test]
+async fn the_reconciliation_writes_its_report_into_postgresql() {
+    const DAY: &str = "2026-11-27";
+    deadline(Duration::from_secs(180), async {
+        let pg = initialised(&["reconciliation"]).await;
+        pg.exec(include_str!("../../guest-jobs/reconciliation/reports.sql"))
+            .await;
+        pg.exec(&format!(
+            "GRANT SELECT, INSERT, UPDATE ON reconciliation_reports TO {ROLE}"
+        ))
+        .await;
+        let redis = RedisServer::start().await;
+        let dirs = (TempDir::new("recon-pg-jobs"), TempDir::new("recon-pg-data"));
+        let (jobs, data) = (&dirs.0, &dirs.1);
+        std::fs::copy(
+            guests().wasm("reconciliation"),
+            jobs.join("reconciliation.wasm"),
+        )
+        .unwrap();
+        std::fs::write(
+            jobs.join("reconciliation.toml"),
+            "[catch-up]\npolicy = \"skip\"\n[sql.databases]\naccounting = \"accounting\"\n",
+        )
+        .unwrap();
+        let day = data.join(&format!("reconciliation/{DAY}"));
+        std::fs::create_dir_all(&day).unwrap();
+        let sample = repo_root().join(format!("guest-jobs/reconciliation/sample/{DAY}"));
+        for f in ["bank.csv", "ledger.csv"] {
+            std::fs::copy(sample.join(f), day.join(f)).unwrap();
+        }
+        let database = format!("accounting={}", pg.url(ROLE));
+        let host = probe_host_on("n1", &redis.url(), &dirs, ("2s", "500ms"), &database, &[]);
+        host.wait_for_log("loaded job", Duration::from_secs(60))
+            .await;
+        trigger(&redis, "reconciliation", DAY);
+        let record = wait_for("the run to be done", Duration::from_secs(90), || async {
+            run_record(&redis, "reconciliation", DAY)
+                .await
+                .filter(|r| r["status"] == "done" || r["status"] == "failed")
+        })
+        .await;
+        assert_eq!(record["status"], "done", "{record}");
+        let rows = pg
+            .admin()
+            .await
+            .unwrap()
+            .query(
+                "SELECT period, matched, missing_in_bank, net_difference_cents, report, token \
+                 FROM reconciliation_reports",
+                &[],
+            )
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 1, "one report row for the day");
+        let row = &rows[0];
+        let keys = JobKeys::new("reconciliation");
+        let mut conn = redis.conn().await;
+        let summary: String =
+            redis::AsyncCommands::get(&mut conn, keys.data(&format!("report/{DAY}")))
+                .await
+                .unwrap();
+        let summary: serde_json::Value = serde_json::from_str(&summary).unwrap();
+        let text: String =
+            redis::AsyncCommands::get(&mut conn, keys.data(&format!("report/{DAY}/text")))
+                .await
+                .unwrap();
+        assert_eq!(row.get::<_, String>(0), DAY);
+        assert_eq!(
+            row.get::<_, i64>(1),
+            summary["totals"]["matched"].as_i64().unwrap()
+        );
+        assert_eq!(
+            row.get::<_, i64>(2),
+            summary["totals"]["missing_in_bank"].as_i64().unwrap()
+        );
+        assert_eq!(
+            row.get::<_, i64>(3),
+            summary["totals"]["net_difference_cents"].as_i64().unwrap()
+        );
+        assert_eq!(
+            row.get::<_, String>(4),
+            text,
+            "the text report as the store holds it"
+        );
+        let token = row.get::<_, i64>(5);
+        assert_eq!(
+            token,
+            record["token"].as_i64().unwrap(),
+            "the run's term wrote it"
+        );
+        assert_eq!(token, fence_token(&pg, "reconciliation").await);
+    })
+    .await;
+}

@@ -2,7 +2,8 @@
 //!
 //! Inputs (read-only, `<data-dir>/billing/`): `customers.csv` with a header and one
 //! `customer,amount_cents` line per customer; optionally `delay-ms`, a pause per customer that
-//! stands in for a slow payment provider (tests use it to interrupt a step mid-way).
+//! stands in for a slow payment provider (tests use it to interrupt a step mid-way), and
+//! `provider`, the URL of a payment provider to charge through.
 //!
 //! Each step charges the next [`CHUNK`] customers. Where a charge is booked:
 //!
@@ -13,6 +14,13 @@
 //! * **In the store** otherwise: `store.create` under the idempotency key
 //!   `charge/<period>/<customer>`.
 //!
+//! When `provider` holds a URL (granted in the sidecar's `[http] allow`), each customer is first
+//! charged at that payment provider: a `POST` with an `Idempotency-Key` of
+//! `<period>/<customer>`, through the host, which adds the term's token. The provider applies a
+//! key once, so a re-executed step's repeated request charges nothing twice; a fenced provider
+//! answers a replaced leader `409`, which ends the term like a `fenced` store write. The charge is
+//! booked only after the provider accepted it.
+//!
 //! Either way, when a step is re-executed (after a failover or a retry) the charges it already
 //! made exist and are not made again. The last step reads every charge back and writes
 //! `summary/<period>` to the store.
@@ -21,6 +29,7 @@
 
 use std::time::Duration;
 
+use leasehold_guest::http;
 use leasehold_guest::prelude::*;
 use leasehold_guest::sql::{self, SqlError, Value};
 use leasehold_guest::store;
@@ -58,6 +67,10 @@ impl Guest for Billing {
             .ok()
             .and_then(|s| s.trim().parse::<u64>().ok())
             .map(std::time::Duration::from_millis);
+        let provider = std::fs::read_to_string("/data/provider")
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty());
         if next >= customers.len() {
             return summarize(&run.period, &customers, charged, already);
         }
@@ -67,6 +80,9 @@ impl Guest for Billing {
             term.ensure_leader()?;
             if let Some(d) = delay {
                 std::thread::sleep(d);
+            }
+            if let Some(url) = &provider {
+                charge_at_provider(term, &run, url, customer, *amount)?;
             }
             let created = match ledger {
                 Some(Ledger::Store) => charge_in_store(term, &run, customer, *amount)?,
@@ -100,6 +116,49 @@ impl Guest for Billing {
 enum Ledger {
     Postgres,
     Store,
+}
+
+/// Charges one customer at the payment provider, once per period whatever the retries: the
+/// provider applies each `Idempotency-Key` once. `409` from a fenced provider means a newer term
+/// has charged there: this one has lost leadership.
+fn charge_at_provider(
+    term: &Term,
+    run: &RunInfo,
+    url: &str,
+    customer: &str,
+    amount: u64,
+) -> Result<(), JobError> {
+    let key = format!("{}/{customer}", run.period);
+    let body = format!(r#"{{"customer":"{customer}","amount_cents":{amount}}}"#);
+    let sent = http::send(
+        "POST",
+        url,
+        &[
+            ("idempotency-key", &key),
+            ("content-type", "application/json"),
+        ],
+        body.as_bytes(),
+    );
+    let got = match sent {
+        Ok(got) => got,
+        Err(e) => {
+            // The host refuses requests once the term's deadline has passed: say so as a lost
+            // term, and any other failure as a failed attempt (retried).
+            term.ensure_leader()?;
+            return Err(JobError::Failed(format!("charging {customer}: {e}")));
+        }
+    };
+    if got.is_stale_term() {
+        return Err(JobError::LostLeadership);
+    }
+    if !got.is_success() {
+        return Err(JobError::Failed(format!(
+            "charging {customer}: the provider answered {} {}",
+            got.status,
+            got.text()
+        )));
+    }
+    Ok(())
 }
 
 /// Books one charge in the store; whether it was new.

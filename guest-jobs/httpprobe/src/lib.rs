@@ -1,6 +1,6 @@
-//! Test fixture: sends the requests in `/data/plan.txt` through `wasi:http` (the bindings any
-//! Rust HTTP client on wasm32-wasip2 uses), one line per operation, and records each outcome
-//! under `result/<period>/<line>` in its store.
+//! Test fixture: sends the requests in `/data/plan.txt` through `wasi:http` (with the SDK's
+//! `http::send`, over the bindings any Rust HTTP client on wasm32-wasip2 uses), one line per
+//! operation, and records each outcome under `result/<period>/<line>` in its store.
 //!
 //! Lines (blank lines and `#` comments skipped):
 //!
@@ -17,80 +17,29 @@
 //! Outcomes: `ok STATUS BODY` (the body's first 200 bytes), `ok set`, or `err WHAT`, where
 //! `WHAT` is the `wasi:http` error code as Rust prints it (`HttpRequestDenied`, …).
 
+use leasehold_guest::http::{self, HttpError};
 use leasehold_guest::prelude::*;
-use wasip2::http::outgoing_handler;
-use wasip2::http::types::{Fields, Method, OutgoingBody, OutgoingRequest, Scheme};
-use wasip2::io::streams::StreamError;
+use wasip2::http::types::Fields;
 
 struct HttpProbe;
 
-/// One request: the status and body, or what went wrong.
+/// One request through the SDK's [`http::send`]: the status, the `Location` header and the
+/// body, or what went wrong (a `wasi:http` error code as Rust prints it).
 fn send(
-    method: Method,
+    method: &str,
     url: &str,
     body: &[u8],
     headers: &[(String, String)],
 ) -> Result<(u16, Option<String>, Vec<u8>), String> {
-    let (scheme, rest) = match url.split_once("://") {
-        Some(("http", r)) => (Scheme::Http, r),
-        Some(("https", r)) => (Scheme::Https, r),
-        _ => return Err(format!("not a URL: {url}")),
-    };
-    let (authority, path) = match rest.find('/') {
-        Some(at) => (&rest[..at], &rest[at..]),
-        None => (rest, "/"),
-    };
-    let fields = Fields::new();
-    for (k, v) in headers {
-        fields
-            .append(k, v.as_bytes())
-            .map_err(|e| format!("header {k}: {e:?}"))?;
+    let headers: Vec<(&str, &str)> = headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    match http::send(method, url, &headers, body) {
+        Ok(got) => Ok((got.status, got.header("location"), got.body)),
+        Err(HttpError::Transport(code)) => Err(format!("{code:?}")),
+        Err(HttpError::Invalid(what)) => Err(what),
     }
-    let req = OutgoingRequest::new(fields);
-    req.set_method(&method).map_err(|()| "method")?;
-    req.set_scheme(Some(&scheme)).map_err(|()| "scheme")?;
-    req.set_authority(Some(authority))
-        .map_err(|()| "authority")?;
-    req.set_path_with_query(Some(path)).map_err(|()| "path")?;
-    let out = req.body().map_err(|()| "body")?;
-    let future = outgoing_handler::handle(req, None).map_err(|e| format!("{e:?}"))?;
-    {
-        let stream = out.write().map_err(|()| "body stream")?;
-        for chunk in body.chunks(4096) {
-            stream
-                .blocking_write_and_flush(chunk)
-                .map_err(|e| format!("writing the body: {e:?}"))?;
-        }
-    }
-    OutgoingBody::finish(out, None).map_err(|e| format!("{e:?}"))?;
-    future.subscribe().block();
-    let response = future
-        .get()
-        .expect("ready")
-        .expect("once")
-        .map_err(|e| format!("{e:?}"))?;
-    let status = response.status();
-    let location = response
-        .headers()
-        .get("location")
-        .first()
-        .map(|v| String::from_utf8_lossy(v).into_owned());
-    let incoming = response.consume().map_err(|()| "consume")?;
-    let stream = incoming.stream().map_err(|()| "stream")?;
-    let mut got = Vec::new();
-    loop {
-        match stream.blocking_read(64 * 1024) {
-            Ok(chunk) => got.extend_from_slice(&chunk),
-            Err(StreamError::Closed) => break,
-            Err(StreamError::LastOperationFailed(e)) => {
-                return Err(match wasip2::http::types::http_error_code(&e) {
-                    Some(code) => format!("{code:?}"),
-                    None => e.to_debug_string(),
-                });
-            }
-        }
-    }
-    Ok((status, location, got))
 }
 
 /// `ok STATUS BODY` with the body's first 200 bytes.
@@ -123,11 +72,7 @@ impl Guest for HttpProbe {
                 "get" | "post" => {
                     let (url, body) = rest.split_once(' ').unwrap_or((rest, ""));
                     let body = body.replace("{period}", &run.period);
-                    let method = if op == "get" {
-                        Method::Get
-                    } else {
-                        Method::Post
-                    };
+                    let method = if op == "get" { "GET" } else { "POST" };
                     send(method, url, body.as_bytes(), &std::mem::take(&mut headers))
                         .map(|(status, _, body)| shown(status, &body))
                 }
@@ -135,7 +80,7 @@ impl Guest for HttpProbe {
                     let mut url = rest.to_string();
                     let mut outcome = Err("more than five redirects".to_string());
                     for hop in 1..=5 {
-                        match send(Method::Get, &url, b"", &std::mem::take(&mut headers)) {
+                        match send("GET", &url, b"", &std::mem::take(&mut headers)) {
                             Err(e) => {
                                 outcome = Err(format!("hop {hop}: {e}"));
                                 break;

@@ -14,6 +14,12 @@
 //! - `report/<period>/text`: the human-readable report (totals and every exception, up to
 //!   [`LISTED`] per category).
 //!
+//! **Into the accounting database.** When the host grants the job a database named
+//! `accounting` (sidecar `[sql.databases] accounting = "…"`), the last step also writes the
+//! day's totals and text report into its `reconciliation_reports` table (`reports.sql` beside
+//! this crate), one row per period upserted in a transaction the database fences with the term's
+//! token, which the row records. Without the grant nothing is written there.
+//!
 //! **Fanned out.** When `/data/fan-out` holds a number `N` (at least 1), the run hands the
 //! matching to every replica instead (it is a `fan-out-job`): step 0 submits `N` tasks and
 //! awaits them; task `i` parses the day, splits it into `N` independent parts
@@ -27,6 +33,7 @@ use std::time::Duration;
 use leasehold_guest::fan_out::{Guest, Task};
 use leasehold_guest::log::{Level, write as log};
 use leasehold_guest::prelude::*;
+use leasehold_guest::sql::{self, SqlError, Value};
 use leasehold_guest::{store, tasks};
 use recon_core::{
     Chunk, DEFAULT_TOLERANCE_DAYS, Entry, Matcher, PartResult, Progress, Totals, assemble,
@@ -470,6 +477,7 @@ fn finish(
         totals.missing_in_bank,
     ));
     put(&format!("report/{period}/text"), text.as_bytes())?;
+    report_to_database(term, period, &totals, &text)?;
     put_json(
         &format!("report/{period}"),
         &Summary {
@@ -492,6 +500,45 @@ fn finish(
         ),
     );
     Ok(StepOutcome::Done)
+}
+
+/// The database the report is written into, when the host grants it.
+const ACCOUNTING: &str = "accounting";
+
+/// Upserts the day's row of `reconciliation_reports` in the `accounting` database, or does
+/// nothing when none is granted. A re-executed last step writes the same row again (under its
+/// own token).
+fn report_to_database(
+    term: &Term,
+    period: &str,
+    totals: &Totals,
+    text: &str,
+) -> Result<(), JobError> {
+    let int = |n: u64| Value::Int(n as i64);
+    let params = [
+        Value::Text(period.to_string()),
+        int(totals.matched),
+        int(totals.amount_mismatches),
+        int(totals.missing_in_ledger),
+        int(totals.missing_in_bank),
+        Value::Int(totals.net_difference_cents),
+        Value::Text(text.to_string()),
+        int(term.token()),
+    ];
+    match sql::execute(
+        ACCOUNTING,
+        "INSERT INTO reconciliation_reports (period, matched, amount_mismatches, \
+         missing_in_ledger, missing_in_bank, net_difference_cents, report, token) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (period) DO UPDATE SET \
+         matched = EXCLUDED.matched, amount_mismatches = EXCLUDED.amount_mismatches, \
+         missing_in_ledger = EXCLUDED.missing_in_ledger, missing_in_bank = EXCLUDED.missing_in_bank, \
+         net_difference_cents = EXCLUDED.net_difference_cents, report = EXCLUDED.report, \
+         token = EXCLUDED.token",
+        &params,
+    ) {
+        Ok(_) | Err(SqlError::NotGranted(_)) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 leasehold_guest::export_fan_out!(Reconciliation);

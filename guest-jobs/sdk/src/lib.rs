@@ -10,7 +10,9 @@
 //!   that `?` on a store call ends the step the way the WIT asks (a lost term as
 //!   `lost-leadership`, an unreachable store as `not-ready`, the rest as `failed`), and
 //!   [`WriteResultExt`] for a job that words its own errors;
-//! - [`state`]: the step's state as JSON; [`json`]: store values as JSON.
+//! - [`state`]: the step's state as JSON; [`json`]: store values as JSON;
+//! - [`http`]: one outbound request through the host (`wasi:http`), which adds the term's
+//!   token; a fenced receiver's `409` is [`http::Response::is_stale_term`].
 //!
 //! A complete job, as typed-state steps ([`Job`]; add `serde` with its `derive` feature to use
 //! `#[derive(Serialize)]`):
@@ -58,6 +60,7 @@
 #![warn(missing_docs)]
 
 mod error;
+pub mod http;
 pub mod job;
 pub mod json;
 mod spec;

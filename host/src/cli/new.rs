@@ -60,6 +60,10 @@ const RUST: &[(&str, &str)] = &[
         include_str!("../../../guest-jobs/sdk/src/error.rs"),
     ),
     (
+        "leasehold-guest/src/http.rs",
+        include_str!("../../../guest-jobs/sdk/src/http.rs"),
+    ),
+    (
         "leasehold-guest/src/json.rs",
         include_str!("../../../guest-jobs/sdk/src/json.rs"),
     ),

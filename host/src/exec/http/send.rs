@@ -59,6 +59,37 @@ impl HttpHooks {
             })),
         }
     }
+
+    /// Sends one request with a whole body through the same grant, term, address and header
+    /// rules as a guest's, and reads the whole response: its status and body. For the host's own
+    /// callers (the demo's scene, the outbound benchmark); `headers` may not name the host's.
+    pub async fn send_whole(
+        &self,
+        method: http::Method,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> Result<(u16, Bytes), Error> {
+        let Some(ctx) = &self.ctx else {
+            return Err(Error::HttpRequestDenied);
+        };
+        let mut req = http::Request::builder().method(method).uri(url);
+        for (name, text) in headers {
+            let name = HeaderName::try_from(*name).map_err(|_| Error::HttpRequestDenied)?;
+            if ours(&name) {
+                return Err(Error::HttpRequestDenied);
+            }
+            req = req.header(name, value(text)?);
+        }
+        let body = http_body_util::Full::new(Bytes::from(body))
+            .map_err(|never| match never {})
+            .boxed_unsync();
+        let req = req.body(body).map_err(|_| Error::HttpRequestUriInvalid)?;
+        let (response, _io) = ctx.send(req).await?;
+        let status = response.status().as_u16();
+        let body = response.into_body().collect().await?.to_bytes();
+        Ok((status, body))
+    }
 }
 
 type Sent = Result<
