@@ -2,7 +2,10 @@
 //! options) in real hosts: it passes `check` with the default limits, it survives a SIGKILL of
 //! its leader mid-run and settles every merchant exactly once, an uncaught Python exception
 //! leaves its traceback in the failed run's record, and while it compiles (seconds) its host
-//! already serves HTTP and runs its other jobs.
+//! already serves HTTP and runs its other jobs. A Python job that calls HTTP
+//! (`guest-jobs/notify-py`, world `http-job`: `job` and `wasi:http`) reaches a granted fenced
+//! receiver with the term's token, and a destination not granted fails its run, naming the
+//! error code.
 //!
 //! The component is about 18 MB and takes seconds to compile in a debug host, so the tests first
 //! compile it once into the default compiled-code cache with `leasehold check` (which reads and
@@ -411,6 +414,104 @@ async fn the_python_job_and_its_rust_twin_export_the_same_bytes() {
             String::from_utf8_lossy(&exports[0].1),
             String::from_utf8_lossy(&exports[1].1)
         );
+    })
+    .await;
+}
+
+/// The notify component (Python, world `http-job`), checked once like [`settlement`].
+fn notify() -> PathBuf {
+    static CHECKED: OnceLock<PathBuf> = OnceLock::new();
+    CHECKED
+        .get_or_init(|| {
+            let wasm = guests().wasm("notify");
+            let out = run_leasehold_within(&[Path::new("check"), &wasm], Duration::from_secs(180));
+            assert!(
+                out.status.success(),
+                "the Python HTTP job is refused:\n{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            wasm
+        })
+        .clone()
+}
+
+#[tokio::test]
+async fn a_python_job_calls_a_granted_service_with_the_token_and_nothing_else() {
+    deadline(Duration::from_secs(240), async {
+        let wasm = notify();
+        let receiver = leasehold_harness::Receiver::start().await;
+        let url = receiver.url();
+        let redis = RedisServer::start().await;
+        let dir = TempDir::new("python-http");
+        let (jobs, data) = (dir.join("jobs"), dir.join("data"));
+        std::fs::create_dir_all(&jobs).unwrap();
+        std::fs::create_dir_all(data.join("notify")).unwrap();
+        std::fs::copy(&wasm, jobs.join("notify.wasm")).unwrap();
+        std::fs::write(
+            jobs.join("notify.toml"),
+            format!(
+                "[catch-up]\npolicy = \"skip\"\n[retry]\nattempts = 1\n[http]\nallow = [\"{url}\"]\n"
+            ),
+        )
+        .unwrap();
+        std::fs::write(data.join("notify/endpoint"), format!("{url}/charge")).unwrap();
+        let host = start(
+            &redis,
+            &jobs,
+            &data,
+            "py-http",
+            &["--http-allow", &url, "--http-allow-private"],
+        );
+        host.wait_for_log("loaded job", Duration::from_secs(120))
+            .await;
+        let ended = |period: &'static str| {
+            let redis = &redis;
+            async move {
+                wait_for(
+                    &format!("notify {period} to end"),
+                    Duration::from_secs(60),
+                    || async {
+                        crate::harness::run_record(redis, "notify", period)
+                            .await
+                            .filter(|r| r["status"] == "done" || r["status"] == "failed")
+                    },
+                )
+                .await
+            }
+        };
+        crate::harness::trigger(&redis, "notify", "2026-03-01");
+        let done = ended("2026-03-01").await;
+        assert_eq!(done["status"], "done", "{done}");
+        let token = done["token"].as_u64().unwrap();
+        assert_eq!(
+            receiver.applied().get("2026-03-01"),
+            Some(&token),
+            "the partner applied the notice under the run's token"
+        );
+        let got = receiver.received();
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].header("leasehold-job"), Some("notify"));
+        assert_eq!(got[0].header("leasehold-period"), Some("2026-03-01"));
+        assert_eq!(got[0].count("leasehold-token"), 1);
+        let recorded: String = redis
+            .conn()
+            .await
+            .get("lh:{notify}:data:notified/2026-03-01")
+            .await
+            .unwrap();
+        assert_eq!(recorded, format!("200 token={token}"));
+
+        // A destination its sidecar does not grant: refused before any connection, and the
+        // Python code sees the wasi:http error code.
+        let other = leasehold_harness::Receiver::start().await;
+        std::fs::write(data.join("notify/endpoint"), format!("{}/charge", other.url())).unwrap();
+        crate::harness::trigger(&redis, "notify", "2026-03-02");
+        let failed = ended("2026-03-02").await;
+        assert_eq!(failed["status"], "failed", "{failed}");
+        let error = failed["error"].as_str().unwrap_or_default();
+        assert!(error.contains("HttpRequestDenied"), "{failed}");
+        assert_eq!(other.connections(), 0, "a connection to a destination not granted");
     })
     .await;
 }
