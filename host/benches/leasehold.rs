@@ -5,7 +5,7 @@
 //! cargo bench --bench leasehold -- --only failover   # one section (failover, handover,
 //!                                                    # write, batch, guest, recon, scale,
 //!                                                    # fast, scale10k, cluster, tasks,
-//!                                                    # fanout, cold, python, sql)
+//!                                                    # fanout, cold, python, sql, http)
 //! cargo bench --bench leasehold -- --trials 5 --rows 200000 --jobs 300 --quiet-secs 60
 //! ```
 //!
@@ -30,6 +30,8 @@ use redis::AsyncCommands;
 mod cluster;
 #[path = "leasehold/fanout.rs"]
 mod fanout;
+#[path = "leasehold/outbound.rs"]
+mod outbound;
 #[path = "leasehold/scale.rs"]
 mod scale;
 #[path = "leasehold/sql.rs"]
@@ -1055,6 +1057,9 @@ async fn main() {
     }
     if want("sql") {
         sql::sql(&mut rows).await;
+    }
+    if want("http") {
+        outbound::outbound(&guests, &mut rows).await;
     }
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!();

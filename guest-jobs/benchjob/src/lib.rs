@@ -5,15 +5,20 @@
 //!   measure when the new leader's first step starts);
 //! - `write-one`: write 10,000 keys of 100 bytes with `store.write`, one call each;
 //! - `write-many`: write the same 10,000 keys with one `store.write-many`;
+//! - `get URL`: send [`REQUESTS`] `GET`s to URL through `wasi:http` (the SDK's `http::send`),
+//!   one after another, each answered 200;
 //! - anything else (an ordinary period): finish at once (an empty step).
 //!
 //! Its schedule fires once a year, so a host runs the current period at start and then idles.
 
 use leasehold_guest::prelude::*;
-use leasehold_guest::store;
+use leasehold_guest::{http, store};
 
 /// Keys a write benchmark step writes.
 const KEYS: usize = 10_000;
+
+/// Requests an HTTP benchmark step sends.
+pub const REQUESTS: usize = 200;
 
 struct Bench;
 
@@ -31,6 +36,15 @@ impl Guest for Bench {
         let mode = std::fs::read_to_string("/data/mode")
             .map(|m| m.trim().to_string())
             .unwrap_or(run.period);
+        if let Some(url) = mode.strip_prefix("get ") {
+            for _ in 0..REQUESTS {
+                let got = http::send("GET", url, &[], b"")?;
+                if !got.is_success() {
+                    return Err(JobError::Failed(format!("{url} answered {}", got.status)));
+                }
+            }
+            return Ok(StepOutcome::Done);
+        }
         match mode.as_str() {
             "still-leader" => {
                 let mut leading = 0u32;
