@@ -97,6 +97,34 @@ impl Recorder {
         }
     }
 
+    /// Waits (up to 10 s) until the recording has caught up with `redis`: an `ECHO` of a fresh
+    /// marker, sent now, has come through `MONITOR`, so every command the server executed before
+    /// it is in the recording. Call it before stopping a server whose history must be complete.
+    pub async fn catch_up(&self, redis: &RedisServer) {
+        static MARKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = MARKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let marker = format!("leasehold-recorder-mark-{}-{n}", std::process::id());
+        let mut c = redis.conn().await;
+        let _: String = ::redis::cmd("ECHO")
+            .arg(&marker)
+            .query_async(&mut c)
+            .await
+            .expect("ECHO");
+        let seen = || {
+            self.streams
+                .iter()
+                .any(|s| s.lock().unwrap().iter().rev().any(|l| l.contains(&marker)))
+        };
+        crate::wait::poll_until(
+            "the recording to catch up with the server",
+            std::time::Duration::from_secs(10),
+            std::time::Duration::from_millis(10),
+            || std::future::ready(seen().then_some(())),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+
     /// Every server's lines so far, one list per server (on a cluster, per primary, in the order
     /// of [`crate::cluster::RedisCluster::primaries`] when recording started).
     pub fn streams(&self) -> Vec<Vec<String>> {

@@ -243,3 +243,19 @@ fn unknown_redis_urls_are_refused_and_cluster_and_sentinel_urls_accepted_by_chec
         assert_eq!(code, 0, "{url}: {err}");
     }
 }
+
+/// `run --help` presents the job limits as maxima a job may ask for, beside the defaults a job
+/// that asks for nothing gets.
+#[test]
+fn run_help_says_the_limits_are_maxima_and_names_the_defaults() {
+    let out = run_leasehold(&["run", "--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("Job limits (the most a job may ask for"),
+        "{help}"
+    );
+    for default in ["gets 64 MiB", "gets 30 s", "gets 1 MiB"] {
+        assert!(help.contains(default), "no {default:?} in:\n{help}");
+    }
+}

@@ -18,18 +18,7 @@ const REQUESTS: &str = "lh:{reconciliation}:requested";
 /// A jobs directory with the reconciliation component and a data directory with the sample.
 fn setup() -> TempDir {
     let dir = TempDir::new("e2e");
-    std::fs::create_dir_all(dir.join("jobs")).unwrap();
-    std::fs::copy(
-        guests().wasm("reconciliation"),
-        dir.join("jobs/reconciliation.wasm"),
-    )
-    .unwrap();
-    let day = dir.join(&format!("data/reconciliation/{PERIOD}"));
-    std::fs::create_dir_all(&day).unwrap();
-    let sample = repo_root().join(format!("guest-jobs/reconciliation/sample/{PERIOD}"));
-    for f in ["bank.csv", "ledger.csv"] {
-        std::fs::copy(sample.join(f), day.join(f)).unwrap();
-    }
+    harness::deploy_sample_reconciliation(&dir.join("jobs"), &dir.join("data"), PERIOD);
     dir
 }
 

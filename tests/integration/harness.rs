@@ -91,3 +91,20 @@ pub(crate) async fn run_records(redis: &RedisServer, job: &str) -> Vec<serde_jso
     }
     out
 }
+
+/// Deploys the reconciliation component into `jobs` and the hand-checked sample day `day`
+/// (`guest-jobs/reconciliation/sample/<day>/`) into `data/reconciliation/<day>/`.
+pub(crate) fn deploy_sample_reconciliation(jobs: &Path, data: &Path, day: &str) {
+    std::fs::create_dir_all(jobs).unwrap();
+    std::fs::copy(
+        guests().wasm("reconciliation"),
+        jobs.join("reconciliation.wasm"),
+    )
+    .unwrap();
+    let dest = data.join(format!("reconciliation/{day}"));
+    std::fs::create_dir_all(&dest).unwrap();
+    let sample = repo_root().join(format!("guest-jobs/reconciliation/sample/{day}"));
+    for f in ["bank.csv", "ledger.csv"] {
+        std::fs::copy(sample.join(f), dest.join(f)).unwrap();
+    }
+}

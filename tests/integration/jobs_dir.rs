@@ -355,3 +355,59 @@ async fn one_component_serves_several_jobs_named_by_their_sidecars() {
     })
     .await;
 }
+
+/// Three replicas sharing one jobs directory each load a component renamed into it from the
+/// directory's change events, not from the 10 s rescan: every one of eight deployments in a row
+/// is loaded by all three within 5 s of its rename (a missed event would wait for the rescan).
+#[tokio::test]
+async fn a_rename_into_a_shared_directory_is_loaded_by_every_replica_from_its_watch() {
+    deadline(Duration::from_secs(240), async {
+        let redis = RedisServer::start().await;
+        let dir = TempDir::new("shared-dir");
+        let jobs = dir.join("jobs");
+        std::fs::create_dir_all(&jobs).unwrap();
+        let hosts: Vec<HostProcess> = (1..=3)
+            .map(|i| {
+                HostProcess::start_node(
+                    LEASEHOLD,
+                    &redis.url(),
+                    &jobs,
+                    &format!("n{i}"),
+                    ("60s", "2s"),
+                    &[],
+                )
+            })
+            .collect();
+        for h in &hosts {
+            h.wait_for_log("node started", Duration::from_secs(60))
+                .await;
+        }
+        let ticker = std::fs::read(guests().wasm("ticker")).unwrap();
+        // Compiled once per host first (a compile can take seconds on a loaded machine); the
+        // eight below share that code, so their loads take no compile.
+        deploy(&ticker, &jobs, "ticker.wasm");
+        for h in &hosts {
+            h.wait_for_log("loaded job", Duration::from_secs(60)).await;
+        }
+        for i in 0..8 {
+            let name = format!("tick-{i}");
+            // The sidecar first (its own event), then the component, renamed in.
+            std::fs::write(
+                jobs.join(format!("{name}.toml")),
+                format!("name = \"{name}\"\n"),
+            )
+            .unwrap();
+            deploy(&ticker, &jobs, &format!("{name}.wasm"));
+            let field = format!("\"job\":\"{name}\"");
+            for h in &hosts {
+                h.wait_for_log_matching(
+                    &format!("{name} loaded (from the watch, within 5 s)"),
+                    Duration::from_secs(5),
+                    |l| l.contains("loaded job") && l.contains(&field),
+                )
+                .await;
+            }
+        }
+    })
+    .await;
+}

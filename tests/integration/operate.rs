@@ -846,3 +846,31 @@ async fn the_first_reads_after_a_redis_restart_are_answered() {
     })
     .await;
 }
+
+/// `leasehold runs | head`: a one-shot command whose output is closed ends as Unix tools do,
+/// by SIGPIPE, without a panic message.
+#[tokio::test]
+async fn a_command_whose_output_is_closed_ends_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    deadline(Duration::from_secs(60), async {
+        let redis = RedisServer::start().await;
+        // A pipe whose reading end is closed before the command starts: its first write fails.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = std::process::Command::new(LEASEHOLD)
+            .args(["runs", "nightly", "--redis-url", &redis.url()])
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert_eq!(
+            out.status.signal(),
+            Some(13),
+            "not ended by SIGPIPE: {:?} {stderr}",
+            out.status
+        );
+    })
+    .await;
+}

@@ -28,24 +28,29 @@ use crate::history::Recorder;
 const PAYMENTS: usize = 120;
 const MERCHANTS: [&str; 4] = ["acme", "birch", "cobalt", "delta"];
 
-/// The settlement component, checked once with the default limits (which compiles it into the
-/// default cache); panics with `check`'s output if it is refused.
+/// The built Python component `name`, checked once with the default limits (which compiles it
+/// into the default cache, so hosts then load it from there); panics with `check`'s output if
+/// it is refused.
+fn checked(name: &str, once: &'static OnceLock<PathBuf>) -> PathBuf {
+    once.get_or_init(|| {
+        let wasm = guests().wasm(name);
+        let out = run_leasehold_within(&[Path::new("check"), &wasm], Duration::from_secs(180));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "a componentize-py component with default options is refused with the default limits:\n{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("name:") && stdout.contains(name), "{stdout}");
+        wasm
+    })
+    .clone()
+}
+
+/// The settlement component, checked once.
 fn settlement() -> PathBuf {
     static CHECKED: OnceLock<PathBuf> = OnceLock::new();
-    CHECKED
-        .get_or_init(|| {
-            let wasm = guests().wasm("settlement");
-            let out = run_leasehold_within(&[Path::new("check"), &wasm], Duration::from_secs(180));
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success(),
-                "a componentize-py component with default options is refused with the default limits:\n{stdout}{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            assert!(stdout.contains("name:") && stdout.contains("settlement"), "{stdout}");
-            wasm
-        })
-        .clone()
+    checked("settlement", &CHECKED)
 }
 
 /// A day of payments: `p0000` … with merchants in turn and amounts 1000 + 7i cents; the
@@ -418,22 +423,10 @@ async fn the_python_job_and_its_rust_twin_export_the_same_bytes() {
     .await;
 }
 
-/// The notify component (Python, world `http-job`), checked once like [`settlement`].
+/// The notify component (Python, world `http-job`), checked once.
 fn notify() -> PathBuf {
     static CHECKED: OnceLock<PathBuf> = OnceLock::new();
-    CHECKED
-        .get_or_init(|| {
-            let wasm = guests().wasm("notify");
-            let out = run_leasehold_within(&[Path::new("check"), &wasm], Duration::from_secs(180));
-            assert!(
-                out.status.success(),
-                "the Python HTTP job is refused:\n{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            wasm
-        })
-        .clone()
+    checked("notify", &CHECKED)
 }
 
 #[tokio::test]

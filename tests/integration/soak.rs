@@ -245,9 +245,17 @@ async fn random_faults_leave_one_result_per_period_and_one_charge_per_customer()
                     "hold"
                 }
                 8 => {
+                    // The hosts are cut off for the restart, so that the old server's recording
+                    // has every command it executed and the new one's starts before theirs.
+                    for p in &soak.proxies {
+                        p.set(Fault::Blackhole);
+                    }
+                    recorders.last().unwrap().catch_up(&soak.redis).await;
                     soak.redis.restart().await;
-                    // The recording ended with the old server; record the new one.
                     recorders.push(Recorder::start(&soak.redis).await);
+                    for p in &soak.proxies {
+                        p.set(Fault::None);
+                    }
                     "redis-restart"
                 }
                 9 => {

@@ -684,22 +684,12 @@ async fn the_reconciliation_writes_its_report_into_postgresql() {
         let redis = RedisServer::start().await;
         let dirs = (TempDir::new("recon-pg-jobs"), TempDir::new("recon-pg-data"));
         let (jobs, data) = (&dirs.0, &dirs.1);
-        std::fs::copy(
-            guests().wasm("reconciliation"),
-            jobs.join("reconciliation.wasm"),
-        )
-        .unwrap();
+        deploy_sample_reconciliation(jobs.path(), data.path(), DAY);
         std::fs::write(
             jobs.join("reconciliation.toml"),
             "[catch-up]\npolicy = \"skip\"\n[sql.databases]\naccounting = \"accounting\"\n",
         )
         .unwrap();
-        let day = data.join(&format!("reconciliation/{DAY}"));
-        std::fs::create_dir_all(&day).unwrap();
-        let sample = repo_root().join(format!("guest-jobs/reconciliation/sample/{DAY}"));
-        for f in ["bank.csv", "ledger.csv"] {
-            std::fs::copy(sample.join(f), day.join(f)).unwrap();
-        }
         let database = format!("accounting={}", pg.url(ROLE));
         let host = probe_host_on("n1", &redis.url(), &dirs, ("2s", "500ms"), &database, &[]);
         host.wait_for_log("loaded job", Duration::from_secs(60))

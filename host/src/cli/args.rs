@@ -132,14 +132,20 @@ pub(crate) struct DemoArgs {
 /// Host limits (README, "Limits"). A job's `describe()` may ask for less than a maximum, never
 /// more; a job that asks for nothing gets 64 MiB, 30 s and 1 MiB (or the maximum, if lower).
 #[derive(Args, Debug, Clone)]
+#[command(
+    next_help_heading = "Job limits (the most a job may ask for; the defaults a job gets are lower)"
+)]
 pub(crate) struct LimitArgs {
-    /// Most linear memory a job may use (all its memories together).
+    /// The most linear memory a job may ask for (all its memories together); a job that asks
+    /// for nothing gets 64 MiB, or this when lower.
     #[arg(long, env = "LEASEHOLD_MAX_MEMORY", value_parser = parse_size, default_value = "512MiB")]
     pub max_memory: u64,
-    /// Longest a job's step may run.
+    /// The longest step time a job may ask for; a job that asks for nothing gets 30 s, or this
+    /// when lower.
     #[arg(long, env = "LEASEHOLD_MAX_STEP_TIME", value_parser = parse_duration, default_value = "10m")]
     pub max_step_time: Duration,
-    /// Largest value a job may write in one store.write, and largest checkpoint a step may return.
+    /// The largest write size a job may ask for (one store.write value, one checkpoint); a job
+    /// that asks for nothing gets 1 MiB, or this when lower.
     #[arg(long, env = "LEASEHOLD_MAX_WRITE_SIZE", value_parser = parse_size, default_value = "16MiB")]
     pub max_write_size: u64,
     /// Largest component file the host reads; bigger files are refused unread.

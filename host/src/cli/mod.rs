@@ -386,7 +386,7 @@ async fn list_runs(args: RunsArgs) -> anyhow::Result<()> {
     );
     for r in records {
         let error = match (&r.failure, &r.error) {
-            (Some(kind), Some(e)) => format!("{kind:?}: {e}"),
+            (Some(kind), Some(e)) => format!("{kind}: {e}"),
             (None, Some(e)) => e.clone(),
             _ => String::new(),
         };

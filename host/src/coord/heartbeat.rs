@@ -512,7 +512,7 @@ async fn once(
         Ok(live) => {
             let next = member.view.borrow().next(live, Instant::now());
             if next.members.keys().ne(member.view.borrow().members.keys()) {
-                info!(node = %member.node, members = ?next.members.keys().collect::<Vec<_>>(), "membership changed");
+                info!(node = %member.node, members = %members::joined(next.members.keys()), "membership changed");
             }
             member.view.send_replace(next);
             true

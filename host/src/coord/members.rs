@@ -92,6 +92,16 @@ impl MemberInfo {
 /// The live members by node id, as the last registration saw them.
 pub type Members = BTreeMap<String, MemberInfo>;
 
+/// Node ids as one log field: `n0,n1,n2` (a JSON log line carries a plain string, not a string
+/// holding an array).
+pub fn joined<'a>(nodes: impl IntoIterator<Item = &'a String>) -> String {
+    nodes
+        .into_iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 static REGISTER: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"

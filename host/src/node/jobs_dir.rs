@@ -88,7 +88,7 @@ struct FileState {
     first_seen: Instant,
     outcome: Option<Outcome>,
     /// The load of this version, while it runs.
-    loading: Option<tokio::task::JoinHandle<Result<LoadedJob, LoadError>>>,
+    loading: Option<Loading>,
     /// A conflict (its job name served from another file) was logged for this version.
     conflict_logged: bool,
 }
@@ -137,6 +137,16 @@ impl Drop for LoadSlot {
     }
 }
 
+/// A load running in a task of its own: its handle, to abort it, and the channel it sends its
+/// result on *before* its [`LoadSlot`] wakes the node. The scan that wake causes must find the
+/// result: a task's handle reports it finished only after the task's last drop, so a scan that
+/// asked the handle could run between the wake and the finish, see the load still running, and
+/// leave the job to the next rescan (10 s later: replicas loaded a renamed-in file that late).
+struct Loading {
+    task: tokio::task::JoinHandle<()>,
+    result: tokio::sync::oneshot::Receiver<Result<LoadedJob, LoadError>>,
+}
+
 /// The watched jobs directory.
 pub(crate) struct JobsDir {
     dir: PathBuf,
@@ -151,8 +161,8 @@ pub(crate) struct JobsDir {
 impl Drop for JobsDir {
     fn drop(&mut self) {
         for state in self.files.values() {
-            if let Some(h) = &state.loading {
-                h.abort();
+            if let Some(l) = &state.loading {
+                l.task.abort();
             }
         }
     }
@@ -187,8 +197,8 @@ impl JobsDir {
         let now = Instant::now();
         self.files.retain(|p, state| {
             let keep = listed.iter().any(|(q, _)| q == p);
-            if !keep && let Some(h) = &state.loading {
-                h.abort();
+            if !keep && let Some(l) = &state.loading {
+                l.task.abort();
             }
             keep
         });
@@ -207,19 +217,29 @@ impl JobsDir {
             };
             let state = self.files.entry(path.clone()).or_insert_with(fresh);
             if state.fingerprint != *fp {
-                if let Some(h) = &state.loading {
-                    h.abort();
+                if let Some(l) = &state.loading {
+                    l.task.abort();
                 }
                 *state = fresh();
             }
             if state.outcome.is_some() {
                 continue;
             }
-            let Some(load) = state.loading.take_if(|h| h.is_finished()) else {
-                if state.loading.is_some() {
+            let finished = match state.loading.as_mut().map(|l| l.result.try_recv()) {
+                None => None,
+                Some(Err(tokio::sync::oneshot::error::TryRecvError::Empty)) => {
                     scan.compiling.push(path.clone());
                     continue;
                 }
+                Some(Ok(result)) => Some(result),
+                Some(Err(tokio::sync::oneshot::error::TryRecvError::Closed)) => {
+                    Some(Err(LoadError {
+                        path: path.clone(),
+                        reason: "the loading task failed (it panicked)".into(),
+                    }))
+                }
+            };
+            let Some(result) = finished else {
                 let age = fp
                     .modified()
                     .and_then(|m| SystemTime::now().duration_since(m).ok());
@@ -239,19 +259,17 @@ impl JobsDir {
                     loaded: self.loaded.clone(),
                 };
                 let (runtime, file) = (runtime.clone(), path.clone());
-                state.loading = Some(tokio::spawn(async move {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let task = tokio::spawn(async move {
+                    // Dropped after the send: the wake comes once the result is there.
                     let _slot = slot;
-                    runtime.load(&file).await
-                }));
+                    let _ = tx.send(runtime.load(&file).await);
+                });
+                state.loading = Some(Loading { task, result: rx });
                 scan.compiling.push(path.clone());
                 continue;
             };
-            let result = load.await.unwrap_or_else(|e| {
-                Err(LoadError {
-                    path: path.clone(),
-                    reason: format!("the loading task failed: {e}"),
-                })
-            });
+            state.loading = None;
             state.outcome = Some(match result {
                 Ok(job) => {
                     info!(file = %path.display(), job = %job.spec.name, node = %self.node, hash = %job.hash, compiled = job.compiled.as_str(), schedule = %job.spec.schedule.expr(), tz = %job.spec.schedule.tz(), "loaded job");
@@ -272,6 +290,7 @@ impl JobsDir {
             });
         }
         scan.compiling.sort();
+        tracing::debug!(node = %self.node, files = listed.len(), settling = scan.settling, compiling = scan.compiling.len(), "jobs directory scanned");
 
         // Claims: job name → files offering it, in name order (`listed` is sorted).
         let mut claims: BTreeMap<String, Vec<(PathBuf, Arc<LoadedJob>)>> = BTreeMap::new();

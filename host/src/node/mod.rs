@@ -487,7 +487,7 @@ pub async fn run(
             crate::coord::members::View::default()
         }
     };
-    info!(node = %node, members = ?first_view.members.keys().collect::<Vec<_>>(), capacity = cfg.capacity, "registered in the membership");
+    info!(node = %node, members = %crate::coord::members::joined(first_view.members.keys()), capacity = cfg.capacity, "registered in the membership");
     let (members_tx, members) = watch::channel(first_view);
     // The heartbeat: membership, renewals, follower looks and idle runners' reads in one round
     // trip (per Redis node) every heartbeat, on the lease runtime.

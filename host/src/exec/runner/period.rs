@@ -288,7 +288,7 @@ impl Runner {
         if let AfterFailure::Retry { delay } =
             decide::after_failure(&policies, record.attempt, kind)
         {
-            warn!(period = %record.period, step = record.step, attempt = record.attempt, failure = ?kind, "attempt failed, retrying in {}: {why}", show(delay));
+            warn!(period = %record.period, step = record.step, attempt = record.attempt, failure = %kind, "attempt failed, retrying in {}: {why}", show(delay));
             record.attempts.push(runs::FailedAttempt {
                 attempt: record.attempt,
                 step: record.step,
@@ -310,11 +310,13 @@ impl Runner {
                 Err(end) => end,
             };
         }
-        error!(period = %record.period, step = record.step, attempt = record.attempt, failure = ?kind, "run failed: {why}");
+        error!(period = %record.period, step = record.step, attempt = record.attempt, failure = %kind, "run failed: {why}");
         record.status = RunStatus::Failed;
         record.error = Some(why);
         record.failure = Some(kind);
         record.finished_at = Some(now_rfc3339());
+        // A failed run waits for nothing (a task failure ends the wait for its tasks).
+        record.awaiting_tasks = false;
         match self.save(term, version, record, None).await {
             Ok(()) => {
                 crate::metrics::get().run_final(&self.job.spec.name, "failed");
