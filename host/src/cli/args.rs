@@ -50,6 +50,9 @@ pub(crate) enum Command {
         /// The language of the job.
         #[arg(long, value_enum)]
         lang: Lang,
+        /// A fan-out job (world `fan-out-job`): its runs hand tasks to every replica.
+        #[arg(long)]
+        fan_out: bool,
         /// Where to create the project [default: ./NAME]; must not exist.
         #[arg(long)]
         dir: Option<PathBuf>,

@@ -45,7 +45,12 @@ pub(crate) async fn main(cli: Cli) -> ExitCode {
             };
             check(file, limits, cache).await
         }
-        Command::New { name, lang, dir } => new_job(lang, &name, dir),
+        Command::New {
+            name,
+            lang,
+            fan_out,
+            dir,
+        } => new_job(lang, fan_out, &name, dir),
         Command::Trigger(args) => trigger(args).await,
         Command::Runs(args) => list_runs(args).await,
         Command::Purge(args) => purge(args).await,
@@ -245,9 +250,15 @@ async fn check(file: PathBuf, limits: LimitArgs, cache: Option<PathBuf>) -> anyh
     Ok(())
 }
 
-fn new_job(lang: args::Lang, name: &str, dir: Option<PathBuf>) -> anyhow::Result<()> {
+fn new_job(
+    lang: args::Lang,
+    fan_out: bool,
+    name: &str,
+    dir: Option<PathBuf>,
+) -> anyhow::Result<()> {
     let dir = dir.unwrap_or_else(|| PathBuf::from(name));
-    let files = new::scaffold(lang, name, &dir)?;
+    let files = new::scaffold(lang, fan_out, name, &dir)?;
+    let world = if fan_out { "fan-out-job" } else { "job" };
     println!("created {} ({} files)", dir.display(), files.len());
     for f in &files {
         println!("  {}", f.display());
@@ -260,7 +271,7 @@ fn new_job(lang: args::Lang, name: &str, dir: Option<PathBuf>) -> anyhow::Result
             name.replace('-', "_")
         ),
         args::Lang::Python => println!(
-            "build:  cd {} && componentize-py -d wit/job.wit -w job componentize app -o {name}.wasm\ncheck:  leasehold check {}/{name}.wasm",
+            "build:  cd {} && componentize-py -d wit/job.wit -w {world} componentize app -o {name}.wasm\ncheck:  leasehold check {}/{name}.wasm",
             dir.display(),
             dir.display()
         ),

@@ -1,5 +1,6 @@
-//! `leasehold new --lang rust|python NAME`: a new job's project directory, ready to build and
-//! pass `leasehold check`.
+//! `leasehold new --lang rust|python [--fan-out] NAME`: a new job's project directory, ready to
+//! build and pass `leasehold check`; with `--fan-out`, a job of the `fan-out-job` world whose
+//! runs hand tasks to every replica.
 //!
 //! Every scaffold carries the job world this binary loads (`wit/job.wit`); the Rust one also
 //! carries the guest SDK (`leasehold-guest/`, the same crate as `guest-jobs/sdk`), so it builds
@@ -21,6 +22,30 @@ const PYTHON: &[(&str, &str)] = &[
     (
         "README.md",
         include_str!("../../../templates/python/README.md"),
+    ),
+];
+
+/// What `--fan-out` puts in place of the Python scaffold's files of the same path.
+const PYTHON_FAN_OUT: &[(&str, &str)] = &[
+    (
+        "app.py",
+        include_str!("../../../templates/python-fan-out/app.py"),
+    ),
+    (
+        "README.md",
+        include_str!("../../../templates/python-fan-out/README.md"),
+    ),
+];
+
+/// What `--fan-out` puts in place of the Rust scaffold's files of the same path.
+const RUST_FAN_OUT: &[(&str, &str)] = &[
+    (
+        "src/lib.rs",
+        include_str!("../../../templates/rust-fan-out/lib.rs"),
+    ),
+    (
+        "README.md",
+        include_str!("../../../templates/rust-fan-out/README.md"),
     ),
 ];
 
@@ -77,9 +102,14 @@ const RUST: &[(&str, &str)] = &[
     ),
 ];
 
-/// Creates `dir` (which must not exist) with a job named `name` in `lang`; returns the files
-/// written.
-pub(crate) fn scaffold(lang: Lang, name: &str, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+/// Creates `dir` (which must not exist) with a job named `name` in `lang`, a fan-out job when
+/// `fan_out`; returns the files written.
+pub(crate) fn scaffold(
+    lang: Lang,
+    fan_out: bool,
+    name: &str,
+    dir: &Path,
+) -> anyhow::Result<Vec<PathBuf>> {
     validate_job_name(name)?;
     if dir.exists() {
         anyhow::bail!(
@@ -87,22 +117,29 @@ pub(crate) fn scaffold(lang: Lang, name: &str, dir: &Path) -> anyhow::Result<Vec
             dir.display()
         );
     }
-    let mut files: Vec<(String, String)> = match lang {
-        Lang::Python => PYTHON,
-        Lang::Rust => RUST,
-    }
-    .iter()
-    .map(|(path, text)| {
-        // The SDK is copied as it is (it carries its own copy of the world, `wit/job.wit`).
-        let text = if path.starts_with("leasehold-guest/") {
-            text.to_string()
-        } else {
-            text.replace("{{name_snake}}", &name.replace('-', "_"))
-                .replace("{{name}}", name)
-        };
-        (path.to_string(), text)
-    })
-    .collect();
+    let (base, fanned) = match lang {
+        Lang::Python => (PYTHON, PYTHON_FAN_OUT),
+        Lang::Rust => (RUST, RUST_FAN_OUT),
+    };
+    let mut files: Vec<(String, String)> = base
+        .iter()
+        .map(
+            |&(path, text)| match fanned.iter().find(|(p, _)| *p == path) {
+                Some(&(_, fan)) if fan_out => (path, fan),
+                _ => (path, text),
+            },
+        )
+        .map(|(path, text)| {
+            // The SDK is copied as it is (it carries its own copy of the world, `wit/job.wit`).
+            let text = if path.starts_with("leasehold-guest/") {
+                text.to_string()
+            } else {
+                text.replace("{{name_snake}}", &name.replace('-', "_"))
+                    .replace("{{name}}", name)
+            };
+            (path.to_string(), text)
+        })
+        .collect();
     files.push(("wit/job.wit".into(), WORLD.to_string()));
     let mut written = Vec::new();
     for (path, text) in files {
