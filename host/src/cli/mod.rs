@@ -50,7 +50,7 @@ pub(crate) async fn main(cli: Cli) -> ExitCode {
             lang,
             fan_out,
             dir,
-        } => new_job(lang, fan_out, &name, dir),
+        } => new::new_job(lang, fan_out, &name, dir),
         Command::Trigger(args) => trigger(args).await,
         Command::Runs(args) => list_runs(args).await,
         Command::Purge(args) => purge(args).await,
@@ -246,35 +246,6 @@ async fn check(file: PathBuf, limits: LimitArgs, cache: Option<PathBuf>) -> anyh
     }
     if let Some(p) = job.spec.schedule.next(now) {
         println!("next:       period {} at {}", p.id, p.fire.to_rfc3339());
-    }
-    Ok(())
-}
-
-fn new_job(
-    lang: args::Lang,
-    fan_out: bool,
-    name: &str,
-    dir: Option<PathBuf>,
-) -> anyhow::Result<()> {
-    let dir = dir.unwrap_or_else(|| PathBuf::from(name));
-    let files = new::scaffold(lang, fan_out, name, &dir)?;
-    let world = if fan_out { "fan-out-job" } else { "job" };
-    println!("created {} ({} files)", dir.display(), files.len());
-    for f in &files {
-        println!("  {}", f.display());
-    }
-    match lang {
-        args::Lang::Rust => println!(
-            "build:  cd {} && cargo build --release --target wasm32-wasip2\ncheck:  leasehold check {}/target/wasm32-wasip2/release/{}.wasm",
-            dir.display(),
-            dir.display(),
-            name.replace('-', "_")
-        ),
-        args::Lang::Python => println!(
-            "build:  cd {} && componentize-py -d wit/job.wit -w {world} componentize app -o {name}.wasm\ncheck:  leasehold check {}/{name}.wasm",
-            dir.display(),
-            dir.display()
-        ),
     }
     Ok(())
 }

@@ -102,6 +102,36 @@ const RUST: &[(&str, &str)] = &[
     ),
 ];
 
+/// `leasehold new`: writes the project and says how to build and check it.
+pub(crate) fn new_job(
+    lang: Lang,
+    fan_out: bool,
+    name: &str,
+    dir: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let dir = dir.unwrap_or_else(|| PathBuf::from(name));
+    let files = scaffold(lang, fan_out, name, &dir)?;
+    let world = if fan_out { "fan-out-job" } else { "job" };
+    println!("created {} ({} files)", dir.display(), files.len());
+    for f in &files {
+        println!("  {}", f.display());
+    }
+    match lang {
+        Lang::Rust => println!(
+            "build:  cd {} && cargo build --release --target wasm32-wasip2\ncheck:  leasehold check {}/target/wasm32-wasip2/release/{}.wasm",
+            dir.display(),
+            dir.display(),
+            name.replace('-', "_")
+        ),
+        Lang::Python => println!(
+            "build:  cd {} && componentize-py -d wit/job.wit -w {world} componentize app -o {name}.wasm\ncheck:  leasehold check {}/{name}.wasm",
+            dir.display(),
+            dir.display()
+        ),
+    }
+    Ok(())
+}
+
 /// Creates `dir` (which must not exist) with a job named `name` in `lang`, a fan-out job when
 /// `fan_out`; returns the files written.
 pub(crate) fn scaffold(
