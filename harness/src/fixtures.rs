@@ -50,6 +50,15 @@ pub fn deploy_billing(dir: &Path, customers: usize) -> (std::path::PathBuf, std:
     (jobs, data)
 }
 
+/// The token a billing charge booked in the store was made under: its value is
+/// `<amount> token=<token> attempt=<attempt>` (`guest-jobs/billing`).
+pub fn billing_charge_token(value: &str) -> Option<u64> {
+    value
+        .split(' ')
+        .find_map(|p| p.strip_prefix("token="))
+        .and_then(|t| t.parse().ok())
+}
+
 /// A new version of a component: the same code with a custom section carrying `tag` appended
 /// (valid anywhere in a component), so its content hash — the version a run record names —
 /// differs.

@@ -127,10 +127,7 @@ impl Billing {
                 .get(format!("lh:{{billing}}:data:charge/{period}/{customer}"))
                 .await
                 .unwrap();
-            let token = v
-                .split(' ')
-                .find_map(|p| p.strip_prefix("token="))
-                .and_then(|t| t.parse().ok())
+            let token = leasehold_harness::fixtures::billing_charge_token(&v)
                 .unwrap_or_else(|| panic!("charge of {customer} has no token: {v:?}"));
             out.insert(customer, token);
         }

@@ -353,10 +353,7 @@ async fn random_faults_leave_one_result_per_period_and_one_charge_per_customer()
             .iter()
             .filter(|a| a.key.starts_with("lh:{billing}:data:charge/") && !a.value.is_empty())
             .filter_map(|a| {
-                let token = a
-                    .value
-                    .split(' ')
-                    .find_map(|p| p.strip_prefix("token=").and_then(|t| t.parse().ok()))?;
+                let token = leasehold_harness::fixtures::billing_charge_token(&a.value)?;
                 Some((a.key.strip_prefix("lh:{billing}:data:charge/")?, token))
             })
             .collect();

@@ -142,9 +142,16 @@ impl Drop for LoadSlot {
 /// result: a task's handle reports it finished only after the task's last drop, so a scan that
 /// asked the handle could run between the wake and the finish, see the load still running, and
 /// leave the job to the next rescan (10 s later: replicas loaded a renamed-in file that late).
+/// Dropping it (its file changed or went away, the directory dropped) aborts the load.
 struct Loading {
     task: tokio::task::JoinHandle<()>,
     result: tokio::sync::oneshot::Receiver<Result<LoadedJob, LoadError>>,
+}
+
+impl Drop for Loading {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 /// The watched jobs directory.
@@ -156,16 +163,6 @@ pub(crate) struct JobsDir {
     loads: Arc<tokio::sync::Semaphore>,
     /// Notified when a load finishes.
     loaded: Arc<tokio::sync::Notify>,
-}
-
-impl Drop for JobsDir {
-    fn drop(&mut self) {
-        for state in self.files.values() {
-            if let Some(l) = &state.loading {
-                l.task.abort();
-            }
-        }
-    }
 }
 
 impl JobsDir {
@@ -195,13 +192,8 @@ impl JobsDir {
     ) -> anyhow::Result<Scan> {
         let listed = list(&self.dir).await?;
         let now = Instant::now();
-        self.files.retain(|p, state| {
-            let keep = listed.iter().any(|(q, _)| q == p);
-            if !keep && let Some(l) = &state.loading {
-                l.task.abort();
-            }
-            keep
-        });
+        // A file gone takes its load with it (dropping a `Loading` aborts it).
+        self.files.retain(|p, _| listed.iter().any(|(q, _)| q == p));
         let mut scan = Scan::default();
         // Loads start smallest component first, so small jobs are served while a large one
         // still compiles; the permit is taken here, in that order, not by the spawned task.
@@ -217,9 +209,6 @@ impl JobsDir {
             };
             let state = self.files.entry(path.clone()).or_insert_with(fresh);
             if state.fingerprint != *fp {
-                if let Some(l) = &state.loading {
-                    l.task.abort();
-                }
                 *state = fresh();
             }
             if state.outcome.is_some() {
