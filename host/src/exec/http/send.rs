@@ -218,16 +218,21 @@ impl Sender {
                 "the term has ended: nothing is sent after its deadline",
             ));
         }
-        let response = match self
+        // The step can be abandoned at the term's end before this future sees the end itself:
+        // the request is dropped in flight then, and the guard says so the same way.
+        let mut in_flight = InFlight {
+            sender: self,
+            dest: &shown,
+            answered: false,
+        };
+        let sent = self
             .term
             .bound(tokio::time::timeout(limit, sender.send_request(req)))
-            .await
-        {
+            .await;
+        in_flight.answered = true;
+        let response = match sent {
             None => {
-                return Err(self.refuse(
-                    &shown,
-                    "the term ended with the request in flight: cancelled",
-                ));
+                return Err(self.refuse(&shown, IN_FLIGHT_CANCELLED));
             }
             Some(Err(_)) => return Err(Error::HttpResponseTimeout),
             Some(Ok(r)) => r.map_err(Error::Hyper)?,
@@ -314,6 +319,25 @@ impl Sender {
             std::io::ErrorKind::ConnectionRefused => Error::ConnectionRefused,
             _ => Error::DestinationUnavailable,
         })
+    }
+}
+
+/// What is logged when the term ends with a request in flight.
+const IN_FLIGHT_CANCELLED: &str = "the term ended with the request in flight: cancelled";
+
+/// A request waiting for its response. Dropped unanswered after its term ended (the step
+/// abandoned before the sender saw the end), it logs the cancellation the sender would have.
+struct InFlight<'a> {
+    sender: &'a Sender,
+    dest: &'a str,
+    answered: bool,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if !self.answered && !self.sender.term.still_leader() {
+            let _ = self.sender.refuse(self.dest, IN_FLIGHT_CANCELLED);
+        }
     }
 }
 
