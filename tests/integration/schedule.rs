@@ -443,6 +443,29 @@ async fn triggers_are_deduplicated_with_the_schedule_over_the_cli_and_http() {
             String::from_utf8_lossy(&out.stdout).contains("is already done"),
             "{out:?}"
         );
+        // A misspelt name is refused once the host has published the jobs it serves (it does
+        // after its first scan, long before this), and nothing is requested.
+        let out = run_leasehold(&[
+            "trigger",
+            "steper",
+            "--period",
+            &current,
+            "--redis-url",
+            &s.redis.url(),
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{out:?}");
+        assert!(
+            err.contains("no live host serves a job named steper") && err.contains("stepper"),
+            "{err}"
+        );
+        let mut c = s.redis.conn().await;
+        let requested: bool = redis::cmd("EXISTS")
+            .arg("lh:{steper}:requested")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert!(!requested, "a request was written for the misspelt job");
 
         let (status, body) = http(
             &s.http,

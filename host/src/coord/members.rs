@@ -34,7 +34,8 @@ use serde::{Deserialize, Serialize};
 use crate::store::Batch;
 
 pub use crate::store::keys::{
-    MEMBERS_INFO as INFO_KEY, MEMBERS_JOINED as JOINED_CHANNEL, MEMBERS_LIVE as LIVE_KEY,
+    MEMBERS_INFO as INFO_KEY, MEMBERS_JOBS as JOBS_KEY, MEMBERS_JOINED as JOINED_CHANNEL,
+    MEMBERS_LIVE as LIVE_KEY,
 };
 
 /// What a member says about itself.
@@ -105,7 +106,7 @@ pub fn joined<'a>(nodes: impl IntoIterator<Item = &'a String>) -> String {
 static REGISTER: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
--- KEYS: live set, info hash.  ARGV: node id, ttl in ms, info JSON, joined channel.
+-- KEYS: live set, info hash, jobs hash.  ARGV: node id, ttl in ms, info JSON, joined channel.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1]) == 1 then
@@ -117,6 +118,7 @@ local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
 for _, node in ipairs(dead) do
   redis.call('ZREM', KEYS[1], node)
   redis.call('HDEL', KEYS[2], node)
+  redis.call('HDEL', KEYS[3], node)
 end
 local live = redis.call('ZRANGE', KEYS[1], 0, -1)
 local out = {}
@@ -132,8 +134,9 @@ return out
 static DEREGISTER: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
--- KEYS: live set, info hash.  ARGV: node id.
+-- KEYS: live set, info hash, jobs hash.  ARGV: node id.
 redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
 return redis.call('HDEL', KEYS[2], ARGV[1])
 "#,
     )
@@ -151,6 +154,7 @@ pub async fn register<C: ConnectionLike>(
     let reply: redis::Value = REGISTER
         .key(LIVE_KEY)
         .key(INFO_KEY)
+        .key(JOBS_KEY)
         .arg(node)
         .arg(ttl.as_millis() as u64)
         .arg(json)
@@ -171,7 +175,7 @@ pub(crate) fn register_into(
     let json = serde_json::to_string(info).expect("member info serializes");
     batch.script(
         &REGISTER,
-        &[LIVE_KEY, INFO_KEY],
+        &[LIVE_KEY, INFO_KEY, JOBS_KEY],
         (node, ttl.as_millis() as u64, json, JOINED_CHANNEL),
     )
 }
@@ -196,10 +200,81 @@ pub async fn deregister<C: ConnectionLike>(conn: &mut C, node: &str) -> redis::R
     let _: i64 = DEREGISTER
         .key(LIVE_KEY)
         .key(INFO_KEY)
+        .key(JOBS_KEY)
         .arg(node)
         .invoke_async(conn)
         .await?;
     Ok(())
+}
+
+/// Publishes the jobs `node` serves (after a scan of its jobs directory). Not a term's write: it
+/// describes the host, like its registration, and is dropped with it.
+pub async fn publish_jobs<C: ConnectionLike>(
+    conn: &mut C,
+    node: &str,
+    jobs: impl IntoIterator<Item = &String>,
+) -> redis::RedisResult<()> {
+    let names: Vec<&str> = jobs.into_iter().map(String::as_str).collect();
+    redis::cmd("HSET")
+        .arg(JOBS_KEY)
+        .arg(node)
+        .arg(names.join("\n"))
+        .query_async(conn)
+        .await
+}
+
+/// The jobs the live members serve, by node: only members that have published theirs (a host
+/// publishes once the files present at its start have loaded).
+pub async fn served_jobs<C: ConnectionLike>(
+    conn: &mut C,
+) -> redis::RedisResult<BTreeMap<String, Vec<String>>> {
+    let live: Vec<String> = redis::cmd("ZRANGE")
+        .arg(LIVE_KEY)
+        .arg(0)
+        .arg(-1)
+        .query_async(conn)
+        .await?;
+    if live.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let lists: Vec<Option<String>> = redis::cmd("HMGET")
+        .arg(JOBS_KEY)
+        .arg(&live)
+        .query_async(conn)
+        .await?;
+    Ok(live
+        .into_iter()
+        .zip(lists)
+        .filter_map(|(node, list)| {
+            let list = list?;
+            Some((
+                node,
+                list.lines()
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+            ))
+        })
+        .collect())
+}
+
+/// Why `job` cannot be asked for, when live members have published the jobs they serve and none
+/// serves it; `None` when one does, or when none has published (nothing to check against).
+pub fn not_served(job: &str, served: &BTreeMap<String, Vec<String>>) -> Option<String> {
+    if served.is_empty() || served.values().any(|jobs| jobs.iter().any(|j| j == job)) {
+        return None;
+    }
+    let all: std::collections::BTreeSet<&str> =
+        served.values().flatten().map(String::as_str).collect();
+    let shown = if all.is_empty() {
+        "none".to_string()
+    } else {
+        all.into_iter().collect::<Vec<_>>().join(", ")
+    };
+    Some(format!(
+        "no live host serves a job named {job} (the {} live host(s) serve: {shown}); a job is named by its file in the jobs directory",
+        served.len()
+    ))
 }
 
 /// How long a host remembers that a member left its view: a member that comes back within
@@ -308,6 +383,27 @@ pub fn preferred<'a>(job: &str, members: &'a Members, excluded: Option<&str>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_no_live_host_serves_is_named_with_what_they_serve() {
+        let served: BTreeMap<String, Vec<String>> = [
+            (
+                "n0".to_string(),
+                vec!["billing".to_string(), "recon".to_string()],
+            ),
+            ("n1".to_string(), vec!["recon".to_string()]),
+        ]
+        .into();
+        assert_eq!(not_served("recon", &served), None);
+        assert_eq!(not_served("billing", &served), None);
+        let why = not_served("reconn", &served).unwrap();
+        assert!(
+            why.contains("no live host serves a job named reconn"),
+            "{why}"
+        );
+        assert!(why.contains("serve: billing, recon"), "{why}");
+        assert_eq!(not_served("anything", &BTreeMap::new()), None);
+    }
 
     fn members(nodes: &[(&str, u32)]) -> Members {
         nodes

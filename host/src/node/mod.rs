@@ -516,6 +516,12 @@ pub async fn run(
     let (_watcher, mut changes) = jobs_dir::watch(&cfg.jobs_dir);
     let watching = _watcher.is_some();
     let (catalog, catalog_rx) = watch::channel(Catalog::default());
+    tasks.spawn(catalog::publish(
+        catalog_rx.clone(),
+        conn.clone(),
+        node.clone(),
+        stop_heartbeat.clone(),
+    ));
     let stop_http = CancellationToken::new();
     if let Some(listener) = http {
         let addr = listener.local_addr().ok();

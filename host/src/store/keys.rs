@@ -13,6 +13,10 @@
 pub const MEMBERS_LIVE: &str = "lh:{members}:live";
 /// The hash of member descriptions (node id → [`crate::coord::members::MemberInfo`] as JSON).
 pub const MEMBERS_INFO: &str = "lh:{members}:info";
+/// The hash of the jobs each member serves (node id → job names, one per line), written by the
+/// member after each scan of its jobs directory once the files present at its start have
+/// loaded, and dropped with the member ([`crate::coord::members::publish_jobs`]).
+pub const MEMBERS_JOBS: &str = "lh:{members}:jobs";
 /// The channel a member's first registration publishes on (its node id): the other hosts
 /// read the membership at once instead of at their next heartbeat. It matches the notice
 /// pattern (`lh:{*}:notify`) the hosts already listen to.
