@@ -261,8 +261,53 @@ async fn a_killed_workers_task_is_taken_over_and_run_again() {
         let worker = f
             .host_logging("\"task started\"", &[leader], Duration::from_secs(60))
             .await;
+        // While the run waits, `runs` and the HTTP API show its tasks: states, attempts and the
+        // workers running them.
+        let url = f.redis.url();
+        let tasks = wait_for(
+            "the waiting run's tasks in `runs --json`",
+            Duration::from_secs(30),
+            || async {
+                let out = run_leasehold(&["runs", JOB, "--json", "--redis-url", &url]);
+                let line = String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .next()?
+                    .to_string();
+                let r: Value = serde_json::from_str(&line).ok()?;
+                let tasks = r["tasks"].as_array()?.clone();
+                tasks
+                    .iter()
+                    .any(|t| {
+                        t["state"] == "running"
+                            && t["worker"].as_str().is_some_and(|w| w.starts_with('w'))
+                    })
+                    .then_some(tasks)
+            },
+        )
+        .await;
+        assert_eq!(tasks.len() as u64, f.tasks, "{tasks:?}");
+        assert!(
+            tasks.iter().all(|t| t["attempt"].as_u64() >= Some(1)),
+            "{tasks:?}"
+        );
+        let out = run_leasehold(&["runs", JOB, "--redis-url", &url]);
+        let table = String::from_utf8_lossy(&out.stdout);
+        assert!(table.contains(&format!("  {} tasks: ", f.tasks)), "{table}");
+        assert!(table.contains("running"), "{table}");
+        let addr = f.hosts[leader].http_addr(Duration::from_secs(30)).await;
+        let (_, body) = http(&addr, "GET", "/v1/jobs/tasker/runs", None).await;
+        assert!(
+            body["runs"][0]["tasks"]
+                .as_array()
+                .is_some_and(|t| t.len() as u64 == f.tasks),
+            "{body}"
+        );
         f.hosts[worker].kill();
         f.wait_final("done", Duration::from_secs(120)).await;
+        // A finished run has no tasks left to show.
+        let out = run_leasehold(&["runs", JOB, "--redis-url", &url]);
+        let table = String::from_utf8_lossy(&out.stdout);
+        assert!(!table.contains(" tasks: "), "{table}");
         f.assert_sum().await;
         f.assert_history();
         assert!(

@@ -3,7 +3,8 @@
 //!
 //! * [`args`] — the commands and flags (clap), with their environment variables;
 //! * this file — what each command does;
-//! * [`client`] — `status` and `health`, which ask a node's HTTP API.
+//! * [`client`] — `status` and `health`, which ask a node's HTTP API;
+//! * [`runs`] — `runs`, the run history with each period's earlier attempts and tasks.
 //!
 //! Exit codes: 0 success; 1 the command failed (bad configuration, unreachable Redis, a
 //! component that is refused by `check`); 2 the command line itself is wrong (clap's usage
@@ -12,20 +13,20 @@
 pub(crate) mod args;
 mod client;
 mod new;
+mod runs;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use leasehold::exec::runs as records;
 use leasehold::exec::runtime::{Compiled, Runtime};
 use leasehold::exec::spec::validate_job_name;
 use leasehold::node::config::{NodeConfig, hostname, show, show_size};
 use leasehold::store::keys::JobKeys;
-use leasehold::{exec::runs, node, store};
+use leasehold::{node, store};
 
-use args::{
-    Cli, Command, DbCommand, JobArgs, LimitArgs, PurgeArgs, RunArgs, RunsArgs, TriggerArgs,
-};
+use args::{Cli, Command, DbCommand, JobArgs, LimitArgs, PurgeArgs, RunArgs, TriggerArgs};
 
 /// Runs a parsed command line.
 pub(crate) async fn main(cli: Cli) -> ExitCode {
@@ -52,7 +53,7 @@ pub(crate) async fn main(cli: Cli) -> ExitCode {
             dir,
         } => new::new_job(lang, fan_out, &name, dir),
         Command::Trigger(args) => trigger(args).await,
-        Command::Runs(args) => list_runs(args).await,
+        Command::Runs(args) => runs::list(args).await,
         Command::Purge(args) => purge(args).await,
         Command::Status(args) => client::status(args).await,
         Command::Db(DbCommand::Init { url, role, jobs }) => db_init(&url, &role, &jobs).await,
@@ -258,10 +259,14 @@ async fn trigger(args: TriggerArgs) -> anyhow::Result<()> {
     validate_job_name(&args.job)?;
     let mut conn = connect_cli(&args.redis_url).await?;
     let keys = JobKeys::new(&args.job);
+    let served = leasehold::coord::members::served_jobs(&mut conn).await?;
+    if let Some(why) = leasehold::coord::members::not_served(&args.job, &served) {
+        anyhow::bail!("{why}: nothing was requested");
+    }
     // Without --period: the current period of the schedule the job's leader published.
     let period = match args.period {
         Some(p) => p,
-        None => match runs::published_schedule(&mut conn, &keys).await? {
+        None => match records::published_schedule(&mut conn, &keys).await? {
             Some(schedule) => {
                 schedule
                     .current(chrono::Utc::now())
@@ -281,19 +286,19 @@ async fn trigger(args: TriggerArgs) -> anyhow::Result<()> {
             ),
         },
     };
-    runs::validate_period_shape(&period)?;
-    match runs::check_published_schedule(&mut conn, &keys, &period).await? {
-        runs::ScheduleCheck::Unknown => eprintln!(
+    records::validate_period_shape(&period)?;
+    match records::check_published_schedule(&mut conn, &keys, &period).await? {
+        records::ScheduleCheck::Unknown => eprintln!(
             "note: no schedule of {} published by a leader could be read (none has led it yet), so {period} is not checked against it",
             args.job
         ),
-        runs::ScheduleCheck::EarlierSchedule => eprintln!(
+        records::ScheduleCheck::EarlierSchedule => eprintln!(
             "note: {period} is a period of an earlier schedule of {} (its run record is kept): it is carried on or run again under that period",
             args.job
         ),
-        runs::ScheduleCheck::Period => {}
+        records::ScheduleCheck::Period => {}
     }
-    let done = runs::trigger(&mut conn, &keys, &period).await?;
+    let done = records::trigger(&mut conn, &keys, &period).await?;
     println!("{}", done.describe(&args.job, &period));
     Ok(())
 }
@@ -306,7 +311,7 @@ async fn set_paused(args: JobArgs, paused: bool) -> anyhow::Result<()> {
         hostname(),
         chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
     );
-    runs::set_paused(
+    records::set_paused(
         &mut conn,
         &JobKeys::new(&args.job),
         paused.then_some(reason.as_str()),
@@ -344,61 +349,6 @@ async fn purge(args: PurgeArgs) -> anyhow::Result<()> {
         before.0,
         leasehold::units::show_size(before.1)
     );
-    Ok(())
-}
-
-async fn list_runs(args: RunsArgs) -> anyhow::Result<()> {
-    let job = &args.job.job;
-    validate_job_name(job)?;
-    let mut conn = connect_cli(&args.job.redis_url).await?;
-    let records = runs::history(&mut conn, &JobKeys::new(job), args.limit.max(1)).await?;
-    if args.json {
-        for r in &records {
-            println!("{}", serde_json::to_string(r)?);
-        }
-        return Ok(());
-    }
-    if records.is_empty() {
-        println!("{job} has no runs");
-        return Ok(());
-    }
-    println!(
-        "{:<20} {:<8} {:>4} {:>7} {:<12} {:<24} {:<24} ERROR",
-        "PERIOD", "STATUS", "STEP", "ATTEMPT", "NODE", "STARTED", "FINISHED"
-    );
-    for r in records {
-        let error = match (&r.failure, &r.error) {
-            (Some(kind), Some(e)) => format!("{kind}: {e}"),
-            (None, Some(e)) => e.clone(),
-            _ => String::new(),
-        };
-        // One line: a failure with the job's stderr lines (a traceback) shows its first line
-        // and its last, where the exception is; `--json` has all of it.
-        let mut error: String = match (error.lines().next(), error.lines().last()) {
-            (Some(first), Some(last)) if first != last => {
-                let first: String = first.chars().take(40).collect();
-                format!("{first}… {last}").chars().take(120).collect()
-            }
-            _ => error.chars().take(80).collect(),
-        };
-        if let Some(at) = &r.retry_at {
-            error = format!("retry at {at}; {error}");
-        }
-        if r.earlier_schedule.is_some() {
-            error = format!("earlier schedule; {error}");
-        }
-        println!(
-            "{:<20} {:<8} {:>4} {:>7} {:<12} {:<24} {:<24} {}",
-            r.period,
-            r.status.as_str(),
-            r.step,
-            r.attempt,
-            r.node,
-            r.started_at,
-            r.finished_at.as_deref().unwrap_or("-"),
-            error
-        );
-    }
     Ok(())
 }
 

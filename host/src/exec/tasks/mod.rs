@@ -49,7 +49,7 @@ use crate::coord::checks::{FenceError, refusal};
 mod read;
 mod scripts;
 use crate::store::keys::JobKeys;
-pub use read::{first_failure, output, progress};
+pub use read::{TaskView, first_failure, output, progress, tasks_of, tasks_summary};
 use scripts::{ADOPT, COMPLETE, DROP_STALE, FETCH, REFRESH, SUBMIT};
 
 pub use crate::coord::checks::{Claim, GROUP};

@@ -107,6 +107,8 @@ else
   redis.call('HINCRBY', KEYS[4], 'n:failed', 1)
   outcome = 'failed'
 end
+-- The worker that ran this attempt, for `leasehold runs` and the HTTP API.
+rec.worker = ARGV[5]
 redis.call('HSET', KEYS[4], 't:' .. ARGV[7], cjson.encode(rec))
 if outcome ~= 'retried' then
   local n = redis.call('HMGET', KEYS[4], 'n:submitted', 'n:finished')

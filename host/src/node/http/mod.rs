@@ -251,7 +251,23 @@ async fn history(
     let records = read_reconnecting(|| {
         let mut conn = api.conn.clone();
         let keys = &keys;
-        async move { Ok(runs::history(&mut conn, keys, limit).await?) }
+        async move {
+            let mut out = Vec::new();
+            for r in runs::history(&mut conn, keys, limit).await? {
+                // An open run's fan-out tasks (their records go with the run's end).
+                let tasks = if r.status.is_final() {
+                    Vec::new()
+                } else {
+                    crate::exec::tasks::tasks_of(&mut conn, keys, &r.period).await?
+                };
+                let mut v = serde_json::to_value(&r).expect("a run record serializes");
+                if !tasks.is_empty() {
+                    v["tasks"] = serde_json::to_value(&tasks).expect("tasks serialize");
+                }
+                out.push(v);
+            }
+            Ok(out)
+        }
     })
     .await?;
     Ok(Json(json!({ "job": name, "runs": records })).into_response())

@@ -1,0 +1,139 @@
+//! `leasehold runs JOB`: a job's run history, newest first, one line per period, with the
+//! period's earlier attempts (retried failures, re-run final records) and, while a run waits for
+//! its fan-out tasks, their states, attempts and workers. `--json`: one record per line, with a
+//! `tasks` list added to a run that has tasks.
+
+use leasehold::exec::runs::{self, RunRecord};
+use leasehold::exec::spec::validate_job_name;
+use leasehold::exec::tasks::{self, TaskView};
+use leasehold::store::keys::JobKeys;
+
+use super::args::RunsArgs;
+use super::connect_cli;
+
+/// Tasks listed one per line under a run in the table (the rest are counted).
+const TASKS_SHOWN: usize = 10;
+
+pub(super) async fn list(args: RunsArgs) -> anyhow::Result<()> {
+    let job = &args.job.job;
+    validate_job_name(job)?;
+    let mut conn = connect_cli(&args.job.redis_url).await?;
+    let keys = JobKeys::new(job);
+    let records = runs::history(&mut conn, &keys, args.limit.max(1)).await?;
+    let mut with_tasks = Vec::with_capacity(records.len());
+    for r in records {
+        // Only an open run has task records (they go with the run's end).
+        let tasks = if r.status.is_final() {
+            Vec::new()
+        } else {
+            tasks::tasks_of(&mut conn, &keys, &r.period).await?
+        };
+        with_tasks.push((r, tasks));
+    }
+    if args.json {
+        for (r, tasks) in &with_tasks {
+            let mut v = serde_json::to_value(r)?;
+            if !tasks.is_empty() {
+                v["tasks"] = serde_json::to_value(tasks)?;
+            }
+            println!("{v}");
+        }
+        return Ok(());
+    }
+    if with_tasks.is_empty() {
+        println!("{job} has no runs");
+        return Ok(());
+    }
+    println!(
+        "{:<20} {:<8} {:>4} {:>7} {:<12} {:<24} {:<24} ERROR",
+        "PERIOD", "STATUS", "STEP", "ATTEMPT", "NODE", "STARTED", "FINISHED"
+    );
+    for (r, tasks) in with_tasks {
+        print_record(&r);
+        for a in &r.attempts {
+            let failure = a.failure.map(|k| format!(" ({k})")).unwrap_or_default();
+            println!(
+                "  attempt {} {} at step {}{failure}, {}: {}",
+                a.attempt,
+                a.status.as_str(),
+                a.step,
+                a.at,
+                one_line(&a.error, 100)
+            );
+        }
+        print_tasks(&tasks);
+    }
+    Ok(())
+}
+
+fn print_record(r: &RunRecord) {
+    let error = match (&r.failure, &r.error) {
+        (Some(kind), Some(e)) => format!("{kind}: {e}"),
+        (None, Some(e)) => e.clone(),
+        _ => String::new(),
+    };
+    let mut error = one_line(&error, 120);
+    if let Some(at) = &r.retry_at {
+        error = format!("retry at {at}; {error}");
+    }
+    if r.earlier_schedule.is_some() {
+        error = format!("earlier schedule; {error}");
+    }
+    println!(
+        "{:<20} {:<8} {:>4} {:>7} {:<12} {:<24} {:<24} {}",
+        r.period,
+        r.status.as_str(),
+        r.step,
+        r.attempt,
+        r.node,
+        r.started_at,
+        r.finished_at.as_deref().unwrap_or("-"),
+        error
+    );
+}
+
+/// A run's tasks: their count by state, then the first few (running and failed ones first).
+fn print_tasks(tasks: &[TaskView]) {
+    if tasks.is_empty() {
+        return;
+    }
+    println!("  {}", tasks::tasks_summary(tasks));
+    let rank = |t: &TaskView| match t.state {
+        "running" => 0,
+        "failed" => 1,
+        "queued" => 2,
+        _ => 3,
+    };
+    let mut shown: Vec<&TaskView> = tasks.iter().collect();
+    shown.sort_by_key(|t| rank(t));
+    for t in shown.iter().take(TASKS_SHOWN) {
+        let worker = t.worker.as_deref().unwrap_or("-");
+        let error = t
+            .error
+            .as_deref()
+            .map(|e| format!(", last error: {}", one_line(e, 80)))
+            .unwrap_or_default();
+        println!(
+            "    task {:<24} {:<8} attempt {} worker {worker}{error}",
+            t.id, t.state, t.attempt
+        );
+    }
+    if tasks.len() > TASKS_SHOWN {
+        println!(
+            "    … and {} more (--json lists them all)",
+            tasks.len() - TASKS_SHOWN
+        );
+    }
+}
+
+/// An error on one line: a multi-line one (a traceback) shows its first line and its last,
+/// where the exception is; `--json` has all of it.
+fn one_line(error: &str, most: usize) -> String {
+    match (error.lines().next(), error.lines().last()) {
+        (Some(first), Some(last)) if first != last => {
+            let first: String = first.chars().take(40).collect();
+            format!("{first}… {last}").chars().take(most).collect()
+        }
+        _ => error.chars().take(most * 2 / 3).collect(),
+    }
+}
