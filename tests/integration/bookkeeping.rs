@@ -172,13 +172,25 @@ async fn a_leaders_late_clearing_does_not_drop_an_operators_new_request() {
         assert!(said.contains("requested a new run"), "{said}");
         replay(&redis, &late).await;
         host.resume();
-        wait_record(
+        let r = wait_record(
             &redis,
             "the operator's re-run (attempt 2)",
             Duration::from_secs(30),
             |r| r["status"] == "failed" && r["attempt"] == 2,
         )
         .await;
+        // The re-run keeps the attempt it replaced in the period's history.
+        let earlier = r["attempts"].as_array().cloned().unwrap_or_default();
+        assert_eq!(earlier.len(), 1, "{r}");
+        assert_eq!(
+            (
+                earlier[0]["attempt"].as_u64(),
+                earlier[0]["status"].as_str(),
+                earlier[0]["failure"].as_str()
+            ),
+            (Some(1), Some("failed"), Some("trap")),
+            "{r}"
+        );
         recorder.check().unwrap_or_else(|v| panic!("{v}"));
     })
     .await;

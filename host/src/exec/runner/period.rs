@@ -48,7 +48,13 @@ impl Runner {
             (Entry::Finished, _) => return RunEnd::Finished,
             (Entry::Rerun { attempt }, Some(mut r)) => {
                 info!(period = %period.id, previous = r.status.as_str(), "re-running the period as an operator asked");
+                // The attempt that ended stays in the period's history.
+                r.attempts.push(runs::FailedAttempt::of_final(&r));
+                if r.attempts.len() > runs::ATTEMPTS_KEPT {
+                    r.attempts.remove(0);
+                }
                 r.attempt = attempt;
+                r.error = None;
                 r.status = RunStatus::Pending;
                 r.step = 0;
                 r.started_at = now.clone();
@@ -291,12 +297,13 @@ impl Runner {
             warn!(period = %record.period, step = record.step, attempt = record.attempt, failure = %kind, "attempt failed, retrying in {}: {why}", show(delay));
             record.attempts.push(runs::FailedAttempt {
                 attempt: record.attempt,
+                status: RunStatus::Failed,
                 step: record.step,
-                failure: kind,
+                failure: Some(kind),
                 error: why.clone(),
                 at: now_rfc3339(),
             });
-            if record.attempts.len() > 20 {
+            if record.attempts.len() > runs::ATTEMPTS_KEPT {
                 record.attempts.remove(0);
             }
             record.attempt += 1;

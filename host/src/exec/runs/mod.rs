@@ -93,19 +93,49 @@ impl RunStatus {
     }
 }
 
-/// One failed attempt, kept in the record's `attempts` list.
+/// One earlier attempt of the period, kept in the record's `attempts` list: a failed attempt
+/// retried under the retry policy, or a final record (`failed`, `missed`, `skipped`) that an
+/// operator ran again.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FailedAttempt {
     /// The attempt number.
     pub attempt: u32,
-    /// The step that failed.
+    /// How the attempt ended (`failed`, or the `missed`/`skipped` record an operator re-ran).
+    #[serde(default = "failed_status")]
+    pub status: RunStatus,
+    /// The step it ended at.
     pub step: u32,
-    /// The class of the failure.
-    pub failure: FailureKind,
+    /// The class of the failure, when it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<FailureKind>,
     /// Why, in words.
     pub error: String,
     /// When (RFC 3339, UTC).
     pub at: String,
+}
+
+fn failed_status() -> RunStatus {
+    RunStatus::Failed
+}
+
+/// The most earlier attempts a record keeps (the oldest are dropped).
+pub const ATTEMPTS_KEPT: usize = 20;
+
+impl FailedAttempt {
+    /// The final record `r` as an earlier attempt, when an operator runs its period again.
+    pub fn of_final(r: &RunRecord) -> Self {
+        FailedAttempt {
+            attempt: r.attempt,
+            status: r.status,
+            step: r.step,
+            failure: r.failure,
+            error: r.error.clone().unwrap_or_default(),
+            at: r
+                .finished_at
+                .clone()
+                .unwrap_or_else(|| r.updated_at.clone()),
+        }
+    }
 }
 
 /// Why a run failed: the class of the error, for scripts and metrics (`error` has the words).
@@ -179,7 +209,8 @@ pub struct RunRecord {
     /// When a `pending` retry may start (RFC 3339, UTC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_at: Option<String>,
-    /// The failed attempts before this one (the newest 20).
+    /// The attempts before this one, oldest first (the newest [`ATTEMPTS_KEPT`]): retried
+    /// failures and re-run final records.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attempts: Vec<FailedAttempt>,
     /// The run waits for the tasks it submitted before its next step (`await-tasks`).
