@@ -503,3 +503,107 @@ async fn trigger_refuses_a_period_that_is_not_in_the_schedule() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn an_operator_cancels_a_running_step_and_the_run_is_recorded_cancelled() {
+    deadline(Duration::from_secs(120), async {
+        let redis = RedisServer::start().await;
+        seed_cursor(&redis).await;
+        let recorder = Recorder::start(&redis).await;
+        let dir = probe_dirs("spin");
+        let data = dir.join("data");
+        let host = HostProcess::start_node(
+            LEASEHOLD,
+            &redis.url(),
+            &dir.join("jobs"),
+            "n1",
+            ("2s", "500ms"),
+            &[
+                "--data-dir",
+                data.to_str().unwrap(),
+                "--http",
+                "127.0.0.1:0",
+            ],
+        );
+        host.wait_for_log("became leader", Duration::from_secs(60))
+            .await;
+        let url = redis.url();
+        let cancel = |period: &str| {
+            run_leasehold(&["cancel", "probe", "--period", period, "--redis-url", &url])
+        };
+        // Nothing to cancel yet: an error, and nothing is asked.
+        let out = cancel(PERIOD);
+        assert!(!out.status.success(), "{out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("has no run of period"),
+            "{out:?}"
+        );
+        trigger(&redis, "probe", PERIOD);
+        // The step spins (up to its 3 s limit); the cancel stops it mid-step.
+        host.wait_for_log("\"starting run\"", Duration::from_secs(30))
+            .await;
+        let out = cancel(PERIOD);
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{out:?}");
+        assert!(said.contains("asked the leader to cancel"), "{said}");
+        let r = wait_record(
+            &redis,
+            "the run to be cancelled",
+            Duration::from_secs(30),
+            |r| r["status"] == "cancelled",
+        )
+        .await;
+        assert!(
+            r["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("cancelled by an operator")),
+            "{r}"
+        );
+        assert!(r["finished_at"].is_string(), "{r}");
+        assert_eq!(
+            host.log_lines_with("stopped the run's step").len(),
+            1,
+            "the cancel did not stop the running step"
+        );
+        // No step timed out: the step was stopped, not failed.
+        assert!(host.log_lines_with("attempt failed").is_empty());
+        assert!(host.log_lines_with("run failed").is_empty());
+        wait_request_cleared(&redis).await;
+        // Cancelling again says so; over HTTP too; a period with no open run is a conflict.
+        let out = cancel(PERIOD);
+        assert!(out.status.success(), "{out:?}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("already cancelled"));
+        let addr = host.http_addr(Duration::from_secs(30)).await;
+        let path = format!("/v1/jobs/probe/runs/{PERIOD}/cancel");
+        let (code, body) = crate::harness::http(&addr, "POST", &path, None).await;
+        assert_eq!(
+            (code, body["result"].as_str()),
+            (200, Some("already-cancelled")),
+            "{body}"
+        );
+        let (code, body) =
+            crate::harness::http(&addr, "POST", "/v1/jobs/probe/runs/2020-01-01/cancel", None)
+                .await;
+        assert_eq!(
+            (code, body["result"].as_str()),
+            (409, Some("no-run")),
+            "{body}"
+        );
+        // A trigger runs it again as the next attempt, the cancelled one kept in its history.
+        let said = trigger(&redis, "probe", PERIOD);
+        assert!(said.contains("requested a new run"), "{said}");
+        let r = wait_record(
+            &redis,
+            "the re-run to start",
+            Duration::from_secs(30),
+            |r| r["attempt"] == 2,
+        )
+        .await;
+        assert_eq!(r["attempts"][0]["status"], "cancelled", "{r}");
+        let out = run_leasehold(&["runs", "probe", "--redis-url", &url]);
+        let table = String::from_utf8_lossy(&out.stdout);
+        assert!(table.contains("attempt 1 cancelled at step 0"), "{table}");
+        recorder.check().unwrap_or_else(|v| panic!("{v}"));
+    })
+    .await;
+}

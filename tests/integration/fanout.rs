@@ -206,6 +206,17 @@ async fn tasks_run_on_every_replica_and_their_outputs_make_the_result() {
         f.resume();
         let record = f.wait_final("done", Duration::from_secs(120)).await;
         assert_eq!(record["step"], 2, "{record}");
+        // Every task's guest ended before its result (and so the run) was recorded: each node
+        // shows its own worker idle at once, not as of its last registration.
+        for (i, h) in f.hosts.iter().enumerate() {
+            let addr = h.http_addr(Duration::from_secs(30)).await;
+            let (_, status) = http(&addr, "GET", "/v1/status", None).await;
+            let me = status["members"]
+                .as_array()
+                .and_then(|m| m.iter().find(|m| m["node"] == format!("w{i}")).cloned())
+                .unwrap_or_default();
+            assert_eq!(me["tasks"]["running"], 0, "w{i} after the run: {status}");
+        }
         f.assert_sum().await;
         f.assert_history();
         let workers = f

@@ -72,6 +72,15 @@ pub(crate) enum Command {
     /// (`--prefix`), or count what it keeps again (`--recount`): what to do when a run failed
     /// `quota-exceeded`, before triggering it again.
     Purge(PurgeArgs),
+    /// Cancel a period's open run: its leader stops it within a heartbeat (a running step is
+    /// stopped), ends its tasks and records it cancelled; a trigger runs it again.
+    Cancel {
+        /// The period whose run to cancel (e.g. 2026-11-27).
+        #[arg(long)]
+        period: String,
+        #[command(flatten)]
+        job: JobArgs,
+    },
     /// Pause a job: its leader starts no step until it is resumed.
     Pause(JobArgs),
     /// Resume a paused job; periods that fired meanwhile follow its catch-up policy.

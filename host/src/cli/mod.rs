@@ -1,5 +1,5 @@
-//! The command line: `leasehold run`, `check`, `trigger`, `status`, `health`, `runs`,
-//! `pause`, `resume`, `demo`. A module of the binary only: the library does the work.
+//! The command line: `leasehold run`, `check`, `trigger`, `cancel`, `status`, `health`,
+//! `runs`, `pause`, `resume`, `demo`. A module of the binary only: the library does the work.
 //!
 //! * [`args`] — the commands and flags (clap), with their environment variables;
 //! * this file — what each command does;
@@ -58,6 +58,7 @@ pub(crate) async fn main(cli: Cli) -> ExitCode {
         Command::Status(args) => client::status(args).await,
         Command::Db(DbCommand::Init { url, role, jobs }) => db_init(&url, &role, &jobs).await,
         Command::Health(args) => client::health(args).await,
+        Command::Cancel { period, job } => cancel(job, &period).await,
         Command::Pause(args) => set_paused(args, true).await,
         Command::Resume(args) => set_paused(args, false).await,
         #[cfg(feature = "demo")]
@@ -301,6 +302,23 @@ async fn trigger(args: TriggerArgs) -> anyhow::Result<()> {
     let done = records::trigger(&mut conn, &keys, &period).await?;
     println!("{}", done.describe(&args.job, &period));
     Ok(())
+}
+
+/// `leasehold cancel`: asks the leader to cancel the period's open run. Nothing to cancel (no
+/// run, or a final one other than `cancelled`) is an error.
+async fn cancel(args: JobArgs, period: &str) -> anyhow::Result<()> {
+    validate_job_name(&args.job)?;
+    records::validate_period_shape(period)?;
+    let mut conn = connect_cli(&args.redis_url).await?;
+    let done = records::cancel(&mut conn, &JobKeys::new(&args.job), period).await?;
+    let said = done.describe(&args.job, period);
+    match done {
+        records::Cancel::Requested(_) | records::Cancel::AlreadyCancelled(_) => {
+            println!("{said}");
+            Ok(())
+        }
+        _ => anyhow::bail!("{said}"),
+    }
 }
 
 async fn set_paused(args: JobArgs, paused: bool) -> anyhow::Result<()> {

@@ -258,6 +258,34 @@ pub async fn served_jobs<C: ConnectionLike>(
         .collect())
 }
 
+/// `members` with each description read again from Redis now (what each member wrote at its
+/// last registration, rather than what this host's last registration read); a member whose
+/// description cannot be read keeps the one given.
+pub async fn refreshed<C: ConnectionLike>(conn: &mut C, members: &Members) -> Members {
+    if members.is_empty() {
+        return Members::new();
+    }
+    let nodes: Vec<&String> = members.keys().collect();
+    let read: redis::RedisResult<Vec<Option<String>>> = redis::cmd("HMGET")
+        .arg(INFO_KEY)
+        .arg(&nodes)
+        .query_async(conn)
+        .await;
+    let read = read.unwrap_or_default();
+    members
+        .iter()
+        .enumerate()
+        .map(|(i, (node, m))| {
+            let now = read
+                .get(i)
+                .and_then(|raw| raw.as_deref())
+                .and_then(|raw| serde_json::from_str(raw).ok())
+                .unwrap_or_else(|| m.clone());
+            (node.clone(), now)
+        })
+        .collect()
+}
+
 /// Why `job` cannot be asked for, when live members have published the jobs they serve and none
 /// serves it; `None` when one does, or when none has published (nothing to check against).
 pub fn not_served(job: &str, served: &BTreeMap<String, Vec<String>>) -> Option<String> {

@@ -539,6 +539,7 @@ pub async fn run(
             token: cfg.http_token.clone(),
             timing: cfg.timing,
             members: members.clone(),
+            counters: counters.clone(),
         };
         let stop = stop_http.clone().cancelled_owned();
         tasks.spawn(async move {
@@ -553,7 +554,7 @@ pub async fn run(
         conn: conn.clone(),
         consumer: format!("{node}:{}", &uuid::Uuid::new_v4().simple().to_string()[..8]),
         slots: Arc::new(tokio::sync::Semaphore::new(cfg.task_slots as usize)),
-        counters,
+        counters: counters.clone(),
         timing: cfg.timing,
     });
     let campaigns = crate::coord::campaigns::Campaigns::start(

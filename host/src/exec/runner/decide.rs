@@ -61,6 +61,8 @@ pub(crate) enum Entry {
     Continue,
     /// No record yet: a new run.
     New,
+    /// An open record an operator asked to cancel: record it `cancelled`, run nothing.
+    Cancel,
 }
 
 /// Decides how a pass over a period begins, given its record and the operator's request for
@@ -70,25 +72,31 @@ pub(crate) enum Entry {
 /// while a run was open does not re-run it after it fails, and a request served already (its
 /// record has moved on) is not served twice.
 pub(crate) fn entry(existing: Option<&RunRecord>, request: Option<&Request>) -> Entry {
+    let cancel = request.is_some_and(|q| q.seen == Seen::Cancel);
     let Some(r) = existing else {
-        return Entry::New;
+        // A cancel starts nothing.
+        return if cancel { Entry::Finished } else { Entry::New };
     };
     if r.status == RunStatus::Done {
         return Entry::Finished;
     }
     if !r.status.is_final() {
-        return Entry::Continue;
+        return if cancel {
+            Entry::Cancel
+        } else {
+            Entry::Continue
+        };
     }
     let asked = match request.map(|q| q.seen) {
         Some(Seen::Final { status, attempt }) => status == r.status && attempt == r.attempt,
         Some(Seen::Nothing) => matches!(r.status, RunStatus::Missed | RunStatus::Skipped),
-        Some(Seen::Open) | None => false,
+        Some(Seen::Open | Seen::Cancel) | None => false,
     };
     if !asked {
         return Entry::Finished;
     }
     Entry::Rerun {
-        attempt: if r.status == RunStatus::Failed {
+        attempt: if matches!(r.status, RunStatus::Failed | RunStatus::Cancelled) {
             r.attempt + 1
         } else {
             1
@@ -358,6 +366,27 @@ mod tests {
             );
         }
         assert_eq!(entry(None, None), Entry::New);
+    }
+
+    #[test]
+    fn a_cancel_ends_an_open_run_and_starts_nothing() {
+        let cancel = asked(Seen::Cancel);
+        for s in [RunStatus::Pending, RunStatus::Running, RunStatus::Waiting] {
+            assert_eq!(entry(Some(&record(s, 2)), Some(&cancel)), Entry::Cancel);
+        }
+        // No run, or its run ended before the leader read the cancel: nothing to do.
+        assert_eq!(entry(None, Some(&cancel)), Entry::Finished);
+        for s in [RunStatus::Done, RunStatus::Failed, RunStatus::Cancelled] {
+            assert_eq!(entry(Some(&record(s, 1)), Some(&cancel)), Entry::Finished);
+        }
+        // A cancelled run triggered again is the next attempt.
+        assert_eq!(
+            entry(
+                Some(&record(RunStatus::Cancelled, 1)),
+                Some(&saw(RunStatus::Cancelled, 1))
+            ),
+            Entry::Rerun { attempt: 2 }
+        );
     }
 
     #[test]

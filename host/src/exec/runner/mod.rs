@@ -134,6 +134,9 @@ enum RunEnd {
     Interrupted(String),
     /// The run record is unreadable; the period is skipped (logged as an error).
     Broken,
+    /// An operator asked (this request) to cancel the run while it ran: the step is dropped
+    /// and the run recorded `cancelled`.
+    Cancel(Request),
 }
 
 impl RunEnd {
@@ -274,7 +277,15 @@ impl Runner {
                     Err(e) => warn!("cannot index the job's run records: {}", e.why()),
                 }
             }
-            if let Some(why) = &state.paused {
+            // An operator's cancel is served first, paused or not: it runs no step.
+            let cancel = state
+                .requested
+                .iter()
+                .find(|(_, q)| q.seen == runs::Seen::Cancel)
+                .map(|(p, _)| p.clone());
+            if cancel.is_none()
+                && let Some(why) = &state.paused
+            {
                 if !paused_logged {
                     info!(paused = %why, "job paused: no step starts until it is resumed; periods that fire meanwhile are handled by the catch-up policy on resume");
                     paused_logged = true;
@@ -282,21 +293,27 @@ impl Runner {
                 polled = self.idle_for(term, IDLE_CAP, self.safety_poll()).await;
                 continue;
             }
-            if paused_logged {
+            if paused_logged && state.paused.is_none() {
                 info!("job resumed");
                 paused_logged = false;
             }
-            let accounted = match self.account(term, &state).await {
-                Ok(p) => p,
-                Err(RunEnd::Lost) => return,
-                Err(e) => {
-                    warn!("cannot account for fired periods: {}", e.why());
-                    Vec::new()
+            let accounted = if cancel.is_some() {
+                Vec::new()
+            } else {
+                match self.account(term, &state).await {
+                    Ok(p) => p,
+                    Err(RunEnd::Lost) => return,
+                    Err(e) => {
+                        warn!("cannot account for fired periods: {}", e.why());
+                        Vec::new()
+                    }
                 }
             };
             let now = Instant::now();
             let asked: Vec<&String> = state.requested.keys().collect();
-            let next = decide::next_due(&state.open, &asked, &accounted, done, not_before, now);
+            let next = cancel.or_else(|| {
+                decide::next_due(&state.open, &asked, &accounted, done, not_before, now)
+            });
             let Some(id) = next else {
                 // Between runs: the moment to hand the job to its preferred member, if it has
                 // one. The elector ends the term and releases the lease at once.
@@ -350,7 +367,7 @@ impl Runner {
                     .await;
                 continue;
             };
-            let request = state.requested.get(&id).cloned();
+            let mut request = state.requested.get(&id).cloned();
             let Some(period) = self.period_of(term, &id, request.as_ref()).await else {
                 continue;
             };
@@ -370,6 +387,14 @@ impl Runner {
                             // A failed read is only skipped: the next heartbeat reads again.
                             if let Some(Ok(state)) = read {
                                 self.note(&state);
+                                // An operator cancels this run: stop it now (its step is
+                                // dropped, as at a term's end) and record it cancelled.
+                                if let Some(q) = state.requested.get(&period.id)
+                                    && q.seen == runs::Seen::Cancel
+                                    && request.as_ref().map(|r| &r.id) != Some(&q.id)
+                                {
+                                    break RunEnd::Cancel(q.clone());
+                                }
                                 if state.paused.is_none()
                                     && let Err(e) = self.account(term, &state).await
                                 {
@@ -386,6 +411,15 @@ impl Runner {
                         }
                     }
                 }
+            };
+            let end = match end {
+                RunEnd::Cancel(q) => {
+                    info!(period = %period.id, "stopped the run's step: an operator cancels the run");
+                    let end = self.run_period(term, &period, Some(&q)).await;
+                    request = Some(q);
+                    end
+                }
+                end => end,
             };
             match end {
                 RunEnd::Finished | RunEnd::Broken => {
@@ -407,7 +441,7 @@ impl Runner {
                 RunEnd::Later(at) => {
                     not_before.insert(period.id.clone(), at);
                 }
-                RunEnd::Paused => {}
+                RunEnd::Paused | RunEnd::Cancel(_) => {}
                 RunEnd::Lost => return,
                 RunEnd::HandedOver => {
                     let _ = tokio::time::timeout(poll * 2, term.ended()).await;

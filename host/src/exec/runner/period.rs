@@ -46,6 +46,7 @@ impl Runner {
         let now = now_rfc3339();
         let mut record = match (decide::entry(existing.as_ref(), request), existing) {
             (Entry::Finished, _) => return RunEnd::Finished,
+            (Entry::Cancel, Some(mut r)) => return self.cancelled(term, &mut r).await,
             (Entry::Rerun { attempt }, Some(mut r)) => {
                 info!(period = %period.id, previous = r.status.as_str(), "re-running the period as an operator asked");
                 // The attempt that ended stays in the period's history.
@@ -327,6 +328,36 @@ impl Runner {
         match self.save(term, version, record, None).await {
             Ok(()) => {
                 crate::metrics::get().run_final(&self.job.spec.name, "failed");
+                RunEnd::Finished
+            }
+            Err(end) => end,
+        }
+    }
+
+    /// Records the open run `record` as cancelled by an operator, in one fenced write that
+    /// deletes its checkpoint and ends its tasks (as every final record does). The record keeps
+    /// naming the component version that ran it.
+    async fn cancelled(&self, term: &Term, record: &mut RunRecord) -> RunEnd {
+        let version = self
+            .known
+            .iter()
+            .rev()
+            .find(|k| k.hash == record.component)
+            .unwrap_or(&self.job)
+            .clone();
+        record.status = RunStatus::Cancelled;
+        record.error = Some(format!(
+            "cancelled by an operator at step {}, attempt {}",
+            record.step, record.attempt
+        ));
+        record.failure = None;
+        record.retry_at = None;
+        record.awaiting_tasks = false;
+        record.finished_at = Some(now_rfc3339());
+        match self.save(term, &version, record, None).await {
+            Ok(()) => {
+                info!(period = %record.period, step = record.step, attempt = record.attempt, "run cancelled as an operator asked");
+                crate::metrics::get().run_final(&self.job.spec.name, "cancelled");
                 RunEnd::Finished
             }
             Err(end) => end,

@@ -10,10 +10,11 @@
 //!                                │                            pending with retry_at)
 //!                                └──→ failed                 (attempts used up, run time over)
 //! (period fires)  → missed | skipped                         (catch-up / overlap policy)
+//! pending | running | waiting → cancelled                    (an operator's cancel)
 //! ```
 //!
-//! A `done` record is final: the period is never run again (I5). `failed`, `missed` and
-//! `skipped` are final for the scheduler; an operator's trigger runs the period again as a new
+//! A `done` record is final: the period is never run again (I5). `failed`, `missed`,
+//! `skipped` and `cancelled` are final for the scheduler; an operator's trigger runs the period again as a new
 //! attempt. The job's *cursor* (`lh:{job}:cursor`) is the start instant (RFC 3339, UTC) of the
 //! newest period a leader has accounted for (given a record); it is written through the fence
 //! with those records, so no period is accounted twice or skipped without a record.
@@ -24,8 +25,8 @@ mod state;
 use redis::aio::ConnectionLike;
 
 pub use requests::{
-    Request, ScheduleCheck, Seen, Triggered, check_published_schedule, published_schedule, request,
-    trigger, validate_period_shape,
+    Cancel, Request, ScheduleCheck, Seen, Triggered, cancel, check_published_schedule,
+    published_schedule, request, trigger, validate_period_shape,
 };
 use serde::{Deserialize, Serialize};
 pub use state::{JobState, STATE_CMDS, set_paused, state, state_cmds, state_from, state_read};
@@ -51,6 +52,10 @@ pub enum RunStatus {
     Missed,
     /// The period fired while an earlier run was open and the overlap policy is `skip`.
     Skipped,
+    /// An operator cancelled the open run (`leasehold cancel`, `POST …/cancel`); the leader
+    /// stopped it (a running step is stopped as at a term's end) and ended its tasks. Final for
+    /// the scheduler; a trigger runs the period again as a new attempt.
+    Cancelled,
     /// Shown in the run history only: the period's record could not be read. It is kept
     /// aside at `lh:{job}:corrupt:<period>` (or still at its place, until a leader moves it),
     /// and `error` says how large it is and why it does not parse. It blocks nothing.
@@ -72,6 +77,7 @@ impl RunStatus {
                 | RunStatus::Failed
                 | RunStatus::Missed
                 | RunStatus::Skipped
+                | RunStatus::Cancelled
                 | RunStatus::Corrupt
                 | RunStatus::Refused
         )
@@ -87,6 +93,7 @@ impl RunStatus {
             RunStatus::Failed => "failed",
             RunStatus::Missed => "missed",
             RunStatus::Skipped => "skipped",
+            RunStatus::Cancelled => "cancelled",
             RunStatus::Corrupt => "corrupt",
             RunStatus::Refused => "refused",
         }

@@ -1,5 +1,6 @@
 //! Operator requests: `leasehold trigger` and `POST /v1/jobs/{job}/runs` ask the leader to run
-//! a period now.
+//! a period now; `leasehold cancel` and `POST /v1/jobs/{job}/runs/{period}/cancel` ask it to
+//! cancel the period's open run (a request that saw `cancel`).
 //!
 //! A request is one field of the hash `lh:{job}:requested`: period → `<id> <seen>`, where the
 //! id is fresh for every request that is written and `seen` is what the operator saw when
@@ -27,6 +28,9 @@ pub enum Seen {
     Nothing,
     /// The period's run was open (pending, running, waiting).
     Open,
+    /// Not a run: the operator asks the leader to cancel the period's open run (it records it
+    /// `cancelled`); with no open run when the leader reads it, nothing is done.
+    Cancel,
     /// The period's record was final, with this status and attempt.
     Final {
         /// The record's status (`failed`, `missed`, `skipped`).
@@ -67,6 +71,7 @@ impl Request {
         let seen = match self.seen {
             Seen::Nothing => "none".to_string(),
             Seen::Open => "open".to_string(),
+            Seen::Cancel => "cancel".to_string(),
             Seen::Final { status, attempt } => format!("{}#{attempt}", status.as_str()),
         };
         format!("{} {seen}", self.id)
@@ -80,6 +85,7 @@ impl Request {
             let seen = match seen {
                 "none" => Seen::Nothing,
                 "open" => Seen::Open,
+                "cancel" => Seen::Cancel,
                 other => {
                     let (status, attempt) = other.split_once('#')?;
                     let status: RunStatus =
@@ -185,6 +191,71 @@ pub async fn trigger<C: ConnectionLike + Send + Sync>(
         }
         None if put(conn, keys, period, &request, false).await? => Triggered::Requested,
         None => Triggered::AlreadyRequested,
+    })
+}
+
+/// What a cancel did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cancel {
+    /// The leader was asked to cancel this open run.
+    Requested(Box<RunRecord>),
+    /// The period's run was cancelled already.
+    AlreadyCancelled(Box<RunRecord>),
+    /// The period's record is final: there is no run to cancel.
+    NotOpen(Box<RunRecord>),
+    /// The period has no run record.
+    NoRun,
+}
+
+impl Cancel {
+    /// One line for people.
+    pub fn describe(&self, job: &str, period: &str) -> String {
+        match self {
+            Cancel::Requested(r) => format!(
+                "asked the leader to cancel {job} period {period} ({}, step {}, attempt {}): it stops the run within a heartbeat and records it cancelled",
+                r.status.as_str(),
+                r.step,
+                r.attempt
+            ),
+            Cancel::AlreadyCancelled(_) => format!("{job} period {period} is already cancelled"),
+            Cancel::NotOpen(r) => format!(
+                "{job} period {period} is {}: there is no open run to cancel",
+                r.status.as_str()
+            ),
+            Cancel::NoRun => format!("{job} has no run of period {period} to cancel"),
+        }
+    }
+
+    /// A short status word for the HTTP API.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Cancel::Requested(_) => "cancel-requested",
+            Cancel::AlreadyCancelled(_) => "already-cancelled",
+            Cancel::NotOpen(_) => "not-open",
+            Cancel::NoRun => "no-run",
+        }
+    }
+}
+
+/// Asks the leader to cancel `period`'s open run (CLI and HTTP). The request replaces any
+/// trigger of the period not yet taken up; a later trigger does not replace it.
+pub async fn cancel<C: ConnectionLike + Send + Sync>(
+    conn: &mut C,
+    keys: &JobKeys,
+    period: &str,
+) -> anyhow::Result<Cancel> {
+    Ok(match read(conn, keys, period).await? {
+        None => Cancel::NoRun,
+        Some(r) if r.status == RunStatus::Cancelled => Cancel::AlreadyCancelled(Box::new(r)),
+        Some(r) if r.status.is_final() => Cancel::NotOpen(Box::new(r)),
+        Some(r) => {
+            let request = Request {
+                id: uuid::Uuid::new_v4().simple().to_string(),
+                seen: Seen::Cancel,
+            };
+            put(conn, keys, period, &request, true).await?;
+            Cancel::Requested(Box::new(r))
+        }
     })
 }
 
@@ -315,6 +386,7 @@ mod tests {
         for seen in [
             Seen::Nothing,
             Seen::Open,
+            Seen::Cancel,
             Seen::Final {
                 status: RunStatus::Failed,
                 attempt: 3,

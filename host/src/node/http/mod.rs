@@ -48,6 +48,9 @@ pub(crate) struct Api {
     pub timing: Timing,
     /// The live members, as this node's last registration saw them.
     pub members: watch::Receiver<crate::coord::members::View>,
+    /// This node's task worker's figures now (its own member entry shows these, not its last
+    /// registration's).
+    pub counters: std::sync::Arc<crate::exec::workers::Counters>,
 }
 
 /// An error response: a status and a reason.
@@ -70,6 +73,7 @@ fn unavailable(e: impl std::fmt::Display) -> ApiError {
 pub(crate) fn router(api: Api) -> Router {
     let mutating = Router::new()
         .route("/v1/jobs/{job}/runs", post(trigger).get(history))
+        .route("/v1/jobs/{job}/runs/{period}/cancel", post(cancel))
         .route("/v1/jobs/{job}/pause", post(pause))
         .route("/v1/jobs/{job}/resume", post(resume))
         .route_layer(axum::middleware::from_fn_with_state(api.clone(), authorize));
@@ -273,6 +277,34 @@ async fn history(
     Ok(Json(json!({ "job": name, "runs": records })).into_response())
 }
 
+/// `POST /v1/jobs/{job}/runs/{period}/cancel`: 202 when the leader is asked to cancel the open
+/// run, 200 when it is cancelled already, 409 when the period has no open run.
+async fn cancel(
+    State(api): State<Api>,
+    Path((name, period)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    api.job(&name)?;
+    runs::validate_period_shape(&period)
+        .map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.to_string()))?;
+    let keys = JobKeys::new(&name);
+    // Not retried on a dropped connection: a second cancel would be a second request.
+    let done = runs::cancel(&mut api.conn.clone(), &keys, &period)
+        .await
+        .map_err(|e| unavailable(format!("{e:#}")))?;
+    let status = match done {
+        runs::Cancel::Requested(_) => StatusCode::ACCEPTED,
+        runs::Cancel::AlreadyCancelled(_) => StatusCode::OK,
+        runs::Cancel::NotOpen(_) | runs::Cancel::NoRun => StatusCode::CONFLICT,
+    };
+    let body = json!({
+        "job": name,
+        "period": period,
+        "result": done.word(),
+        "message": done.describe(&name, &period),
+    });
+    Ok((status, Json(body)).into_response())
+}
+
 async fn pause(State(api): State<Api>, Path(name): Path<String>) -> Result<Response, ApiError> {
     set_paused(api, name, true).await
 }
@@ -463,13 +495,24 @@ async fn status(State(api): State<Api>) -> Result<Response, ApiError> {
         .iter()
         .map(|p| p.display().to_string())
         .collect();
-    let members: Vec<_> = api
-        .members
-        .borrow()
-        .members
+    // Each member's figures as it last wrote them, not as this node's last registration read
+    // them (a heartbeat older); this node's own worker figures as of now.
+    let view = api.members.borrow().members.clone();
+    let fresh = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        crate::coord::members::refreshed(&mut api.conn.clone(), &view),
+    )
+    .await
+    .unwrap_or(view);
+    let members: Vec<_> = fresh
         .iter()
         .map(|(node, m)| {
-            json!({ "node": node, "capacity": m.capacity, "version": m.version, "http": m.http, "since": m.since, "seen": m.seen, "tasks": m.tasks })
+            let tasks = if *node == api.node {
+                api.counters.snapshot()
+            } else {
+                m.tasks
+            };
+            json!({ "node": node, "capacity": m.capacity, "version": m.version, "http": m.http, "since": m.since, "seen": m.seen, "tasks": tasks })
         })
         .collect();
     Ok(Json(json!({
