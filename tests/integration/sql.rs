@@ -331,6 +331,13 @@ async fn every_escape_from_the_transaction_is_refused_and_nothing_is_written() {
         plan.push_str(
             "begin ledger\ntxq SELECT set_config('statement_timeout', '0', true)\ntxq SELECT pg_sleep(5)\ndrop\n",
         );
+        // A committed transaction's session settings (set_config(…, false) outlives the
+        // transaction once committed) never reach the next transaction on the connection: one
+        // connection (pool=1), so the next transaction surely runs on the same one.
+        plan.push_str(
+            "begin ledger\ntxq SELECT set_config('application_name', 'leaked', false), set_config('search_path', 'nowhere', false)\ncommit\n\
+             begin ledger\ntxq SELECT current_setting('application_name') = 'leaked', current_setting('search_path') = 'nowhere'\ncommit\n",
+        );
         // Then typed errors outside transactions, and one real write.
         plan.push_str(
             "exec ledger INSERT INTO charges (customer, period, token) VALUES ($1, $2, $3) | t:alice | period | token\n\
@@ -340,7 +347,9 @@ async fn every_escape_from_the_transaction_is_refused_and_nothing_is_written() {
              query ledger SELECT now()\n\
              query ledger SELECT nope FROM charges\n",
         );
-        let host = probe_host(&pg, &plan, SIDECAR, "n1", &redis.url(), &dirs, ("2s", "500ms")).await;
+        deploy_probe(&plan, SIDECAR, &dirs);
+        let database = format!("ledger={}?pool=1", pg.url(ROLE));
+        let host = probe_host_on("n1", &redis.url(), &dirs, ("2s", "500ms"), &database, &[]);
         host.wait_for_log("became leader", Duration::from_secs(60)).await;
         trigger(&redis, "sqlprobe", PERIOD);
         let record = wait_done(&redis, Duration::from_secs(120)).await;
@@ -357,6 +366,10 @@ async fn every_escape_from_the_transaction_is_refused_and_nothing_is_written() {
         assert!(got[&(n + 2)].starts_with("ok"), "{}", got[&(n + 2)]);
         assert_eq!(got[&(n + 3)], "err timeout: 1000");
         let n = n + 4;
+        assert_eq!(got[&(n + 2)], "ok [[\"leaked\",\"nowhere\"]]", "{got:?}");
+        assert_eq!(got[&(n + 3)], "ok committed", "{got:?}");
+        assert_eq!(got[&(n + 5)], "ok [[false,false]]", "a setting leaked: {got:?}");
+        let n = n + 6;
         assert_eq!(got[&(n + 1)], "ok 1");
         assert!(
             got[&(n + 2)].starts_with("err constraint: 23505") && got[&(n + 2)].contains("constraint=charges_customer_period_key"),

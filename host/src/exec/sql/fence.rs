@@ -1,6 +1,7 @@
 //! The fence inside the database: the `leasehold` schema that `leasehold db init` creates
 //! ([`init`]), the check a host runs on every configured database before a job uses it
-//! ([`verify`]), and the host's first statements of every transaction ([`begin_batch`]).
+//! ([`verify`]), and the host's first statements of every transaction ([`BEGIN_BATCH`] and
+//! [`FENCE_CALL`]).
 //!
 //! `leasehold.fence` holds one row per job: the highest token that has written, its holder,
 //! and the role that may raise it. `leasehold.raise_fence(job, token, holder)` is the only way
@@ -234,29 +235,49 @@ pub async fn verify(client: &tokio_postgres::Client) -> Result<Verified, String>
     Ok(Verified { role, jobs })
 }
 
-/// The host's first statements of every transaction, as one simple-query batch (one round
-/// trip): session settings back to their defaults (a guest's `set_config(…, false)` does not
-/// outlive its transaction), `BEGIN` in READ COMMITTED (a newer term waiting on the fence row
-/// reads the committed row; REPEATABLE READ would fail it with `40001`), the transaction's
-/// timeouts, and the fence raised to `token`. The batch's last result is the fence's
-/// `(raised, stored)`.
-pub fn begin_batch(
+/// The host's first statements of every transaction, sent as one simple query: session
+/// settings back to their defaults (a guest's `set_config(…, false)` does not outlive its
+/// transaction on the connection, tested), then `BEGIN` in READ COMMITTED (a newer term waiting
+/// on the fence row reads the committed row; REPEATABLE READ would fail it with `40001`).
+/// [`FENCE_CALL`] follows it in the same round trip (pipelined), so the fence costs no round
+/// trip of its own.
+pub const BEGIN_BATCH: &str = "RESET ALL; BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE";
+
+/// The fence raised to the term's token, and the transaction's timeouts, as one prepared
+/// statement (parsed and planned once per connection; its function and `set_config` resolved
+/// when prepared, so no later `search_path` changes them). Parameters: job, token, holder, the
+/// statement and lock timeout, the idle timeout (ms, as text). Its row: `(raised, stored, …)`.
+///
+/// The timeouts are set as the statement's row is formed, after the fence's row lock is taken:
+/// the wait for that lock is bounded by the host's own timer (which cancels), and every guest
+/// statement after it by the server's too. Sent behind [`BEGIN_BATCH`]: if the batch failed
+/// before its `BEGIN`, this call would run (and commit) on its own, which only raises the fence
+/// to a token this term holds; the host then rolls back and reports the failure, and no guest
+/// statement is ever sent before both answers are read.
+pub const FENCE_CALL: &str = "SELECT f.raised, f.stored, \
+    pg_catalog.set_config('statement_timeout', $4, true), \
+    pg_catalog.set_config('lock_timeout', $4, true), \
+    pg_catalog.set_config('idle_in_transaction_session_timeout', $5, true) \
+    FROM leasehold.raise_fence($1, $2, $3) f";
+
+/// [`FENCE_CALL`]'s parameters for `job`'s term of `token` held by `holder`, with the job's
+/// statement and idle times.
+pub fn fence_params(
     job: &str,
     token: u64,
     holder: &str,
     statement: Duration,
     idle: Duration,
-) -> String {
-    format!(
-        "RESET ALL; BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE; \
-         SELECT set_config('statement_timeout', '{s}', true), set_config('lock_timeout', '{s}', true), \
-         set_config('idle_in_transaction_session_timeout', '{i}', true); \
-         SELECT raised, stored FROM leasehold.raise_fence({job}, {token}, {holder})",
-        s = statement.as_millis().max(1),
-        i = idle.as_millis().max(1),
-        job = literal(job),
-        holder = literal(holder),
-    )
+) -> Result<(String, i64, String, String, String), String> {
+    let token = i64::try_from(token)
+        .map_err(|_| format!("the token {token} does not fit PostgreSQL's bigint"))?;
+    Ok((
+        job.to_string(),
+        token,
+        holder.to_string(),
+        statement.as_millis().max(1).to_string(),
+        idle.as_millis().max(1).to_string(),
+    ))
 }
 
 #[cfg(test)]
@@ -267,17 +288,30 @@ mod tests {
     fn literals_and_identifiers_are_quoted() {
         assert_eq!(literal("a'b"), "'a''b'");
         assert_eq!(ident("a\"b"), "\"a\"\"b\"");
-        let batch = begin_batch(
+    }
+
+    #[test]
+    fn the_fence_call_takes_the_terms_token_and_the_jobs_times() {
+        let p = fence_params(
             "billing",
             7,
             "node-a:x'y",
             Duration::from_secs(5),
             Duration::from_secs(10),
+        )
+        .unwrap();
+        assert_eq!(
+            p,
+            (
+                "billing".into(),
+                7,
+                "node-a:x'y".into(),
+                "5000".into(),
+                "10000".into()
+            )
         );
-        assert!(
-            batch.ends_with("raise_fence('billing', 7, 'node-a:x''y')"),
-            "{batch}"
-        );
-        assert!(batch.contains("'statement_timeout', '5000', true"));
+        assert!(fence_params("b", u64::MAX, "h", Duration::ZERO, Duration::ZERO).is_err());
+        assert!(FENCE_CALL.contains("FROM leasehold.raise_fence($1, $2, $3) f"));
+        assert!(!FENCE_CALL.contains("  "), "{FENCE_CALL}");
     }
 }

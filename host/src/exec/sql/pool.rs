@@ -24,6 +24,8 @@ pub struct Database {
 pub(super) struct Conn {
     pub(super) client: Client,
     pub(super) statements: HashMap<String, Statement>,
+    /// The fence call ([`fence::FENCE_CALL`]), prepared at the connection's first transaction.
+    pub(super) fence: Option<Statement>,
 }
 
 impl Database {
@@ -100,6 +102,7 @@ impl Database {
             _ => Conn {
                 client: self.connect(wait).await.map_err(SqlError::Unavailable)?,
                 statements: HashMap::new(),
+                fence: None,
             },
         };
         Ok(Pooled {

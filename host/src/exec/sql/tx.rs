@@ -43,10 +43,54 @@ impl Tx {
             in_flight: true,
             ended: None,
         };
-        let batch = fence::begin_batch(job, term.token(), term.owner(), wait, limits.idle);
-        let reply = tokio::time::timeout(wait, conn.conn().client.simple_query(&batch)).await;
+        let params = fence::fence_params(job, term.token(), term.owner(), wait, limits.idle)
+            .map_err(SqlError::Unavailable)?;
+        // The fence call is prepared once per connection (a round trip the first time).
+        let prepared = match conn.conn().fence.clone() {
+            Some(s) => Ok(s),
+            None => match tokio::time::timeout(wait, conn.conn().client.prepare(fence::FENCE_CALL))
+                .await
+            {
+                Ok(Ok(s)) => {
+                    conn.conn().fence = Some(s.clone());
+                    Ok(s)
+                }
+                Ok(Err(e)) => Err(SqlError::from_pg(e, wait)),
+                Err(_) => Err(SqlError::Timeout(wait)),
+            },
+        };
+        let stmt = match prepared {
+            Ok(s) => s,
+            Err(e) => {
+                // Nothing of a transaction was sent: the connection is dropped all the same
+                // (a prepare cut off by the timer may still be answered).
+                tx.conn = Some(conn);
+                tx.cancel();
+                return Err(match e {
+                    SqlError::Timeout(_) => SqlError::Unavailable(format!(
+                        "database {} did not prepare the fence call within {wait:?}",
+                        db.name()
+                    )),
+                    other => other,
+                });
+            }
+        };
+        // One round trip: the batch, then the fence call pipelined behind it (both are sent
+        // before either answer is read).
+        let reply = {
+            let client = &conn.conn().client;
+            let (p1, p2, p3, p4, p5) = &params;
+            let args: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [p1, p2, p3, p4, p5];
+            tokio::time::timeout(wait, async {
+                tokio::join!(
+                    client.batch_execute(fence::BEGIN_BATCH),
+                    client.query_one(&stmt, &args),
+                )
+            })
+            .await
+        };
         tx.conn = Some(conn);
-        let messages = match reply {
+        let row = match reply {
             Err(_) => {
                 tx.cancel();
                 return Err(SqlError::Unavailable(format!(
@@ -54,44 +98,42 @@ impl Tx {
                     db.name()
                 )));
             }
-            Ok(Err(e)) => {
+            Ok((begun, fenced)) => {
                 tx.in_flight = false;
-                let not_registered = e
-                    .as_db_error()
-                    .is_some_and(|d| d.code().code() == fence::NOT_REGISTERED);
-                tx.rollback().await;
-                if not_registered {
-                    return Err(SqlError::NotGranted(format!(
-                        "database {} has no fence row for job {job} and the host's role: run `leasehold db init URL --role ROLE --job {job}`",
-                        db.name()
-                    )));
+                match begun.and(fenced) {
+                    Ok(row) => row,
+                    Err(e) => {
+                        let not_registered = e
+                            .as_db_error()
+                            .is_some_and(|d| d.code().code() == fence::NOT_REGISTERED);
+                        tx.rollback().await;
+                        if not_registered {
+                            return Err(SqlError::NotGranted(format!(
+                                "database {} has no fence row for job {job} and the host's role: run `leasehold db init URL --role ROLE --job {job}`",
+                                db.name()
+                            )));
+                        }
+                        return Err(match SqlError::from_pg(e, wait) {
+                            SqlError::Timeout(_) => SqlError::Unavailable(format!(
+                                "database {} did not lock the fence's row within {wait:?}",
+                                db.name()
+                            )),
+                            other => other,
+                        });
+                    }
                 }
-                return Err(match SqlError::from_pg(e, wait) {
-                    SqlError::Timeout(_) => SqlError::Unavailable(format!(
-                        "database {} did not lock the fence's row within {wait:?}",
-                        db.name()
-                    )),
-                    other => other,
-                });
             }
-            Ok(Ok(m)) => m,
         };
-        tx.in_flight = false;
-        let fence_row = messages.iter().rev().find_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) => Some((
-                r.get(0).map(|v| v == "t"),
-                r.get(1).and_then(|v| v.parse::<u64>().ok()),
-            )),
-            _ => None,
-        });
-        match fence_row {
-            Some((Some(true), Some(_))) => Ok(tx),
-            Some((Some(false), Some(stored))) => {
+        let raised: Option<bool> = row.try_get(0).ok();
+        let stored: Option<i64> = row.try_get(1).ok();
+        match (raised, stored) {
+            (Some(true), Some(_)) => Ok(tx),
+            (Some(false), Some(stored)) => {
                 tx.rollback().await;
                 Err(SqlError::Fenced {
                     database: db.name().to_string(),
                     token: term.token(),
-                    stored,
+                    stored: stored.max(0) as u64,
                 })
             }
             _ => {
