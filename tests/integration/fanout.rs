@@ -860,3 +860,83 @@ async fn a_fanned_out_reconciliation_writes_exactly_the_sequential_report() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_task_whose_workers_keep_dying_counts_as_a_failed_attempt() {
+    deadline(Duration::from_secs(180), async {
+        let redis = RedisServer::start().await;
+        let dir = TempDir::new("fanout-deliveries");
+        std::fs::create_dir_all(dir.join("jobs")).unwrap();
+        std::fs::create_dir_all(dir.join("data/tasker")).unwrap();
+        std::fs::copy(guests().wasm("tasker"), dir.join("jobs/tasker.wasm")).unwrap();
+        let config = serde_json::json!({"tasks": 2, "spin_ms": 100});
+        std::fs::write(dir.join("data/tasker/tasker.json"), config.to_string()).unwrap();
+        let data = dir.join("data");
+        let host = |node: &str, slots: &str| {
+            HostProcess::start_node(
+                LEASEHOLD,
+                &redis.url(),
+                &dir.join("jobs"),
+                node,
+                ("1s", "200ms"),
+                &["--data-dir", data.to_str().unwrap(), "--task-slots", slots],
+            )
+        };
+        // A leader that runs no task: the run's tasks wait in the stream.
+        let leader = host("w0", "0");
+        leader
+            .wait_for_log("waiting for the run's tasks", Duration::from_secs(60))
+            .await;
+        // A worker takes them and dies, again and again: as if delivered four times already.
+        let keys = JobKeys::new(JOB);
+        let mut c = redis.conn().await;
+        // XREADGROUP's reply: [[stream, [[id, [field, value, …]], …]]].
+        type Entries = Vec<(String, Vec<(String, Vec<String>)>)>;
+        let read: Entries = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(tasks::GROUP)
+            .arg("ghost")
+            .arg("COUNT")
+            .arg(10)
+            .arg("STREAMS")
+            .arg(keys.tasks())
+            .arg(">")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let ids: Vec<String> = read[0].1.iter().map(|(id, _)| id.clone()).collect();
+        assert_eq!(ids.len(), 2, "{ids:?}");
+        let _: redis::Value = redis::cmd("XCLAIM")
+            .arg(keys.tasks())
+            .arg(tasks::GROUP)
+            .arg("ghost")
+            .arg(0)
+            .arg(&ids)
+            .arg("RETRYCOUNT")
+            .arg(4)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        // A live worker finds the lapsed claims: each delivery is counted as a failed attempt,
+        // queued again as the next attempt, which it runs.
+        let worker = host("w1", "2");
+        let record = wait_for("the run to finish", Duration::from_secs(120), || async {
+            crate::harness::run_record(&redis, JOB, PERIOD)
+                .await
+                .filter(|r| r["status"] == "done" || r["status"] == "failed")
+        })
+        .await;
+        assert_eq!(record["status"], "done", "{record}");
+        let capped =
+            worker.log_lines_with("\"message\":\"the task was delivered 4 times and every worker");
+        assert_eq!(capped.len(), 2, "{capped:?}");
+        assert_eq!(
+            worker
+                .log_lines_with("task attempt failed; queued again")
+                .len(),
+            2
+        );
+        drop(leader);
+    })
+    .await;
+}

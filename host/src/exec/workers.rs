@@ -15,6 +15,11 @@
 //! Workers wake on the job's work notices (`lh:{job}:work`: tasks submitted or queued again)
 //! and look for lapsed claims at least every lease TTL.
 //!
+//! **Deliveries.** A task taken over more than [`crate::exec::tasks::MOST_DELIVERIES`] times
+//! (each worker that took it stopped answering) is not run again by that delivery: it counts
+//! as a failed attempt, retried under the job's attempts like any other, so a task that kills
+//! its workers fails its run, naming it, instead of being delivered forever.
+//!
 //! **Versions.** A task runs with the component version its run runs with (the entry names
 //! it); a worker that does not have that version leaves the task, and its claim lapses to a
 //! worker that has it.
@@ -195,6 +200,19 @@ impl Workers {
             c.reclaimed.fetch_add(1, Ordering::Relaxed);
             metrics.task(name, "reclaimed", None);
         }
+        if task.claim.deliveries > tasks::MOST_DELIVERIES {
+            // Every worker that took it before stopped answering: its process was killed, froze
+            // or ran out of memory each time. Counted as a failed attempt, so that a task that
+            // kills its workers fails its run instead of being delivered forever.
+            let why = format!(
+                "the task was delivered {} times and every worker that took it stopped answering before it finished (killed, frozen or out of memory): counted as a failed attempt",
+                task.claim.deliveries - 1
+            );
+            warn!(period = %task.period, attempt = task.attempt, deliveries = task.claim.deliveries, "{why}");
+            self.record(job, keys, &task, Attempt::Failed(why), Duration::ZERO)
+                .await;
+            return;
+        }
         let mut conn = self.conn.clone();
         let payload = match tokio::time::timeout(
             self.timing.redis_timeout,
@@ -263,10 +281,24 @@ impl Workers {
             Ok(o) => Attempt::Output(o),
             Err(e) => Attempt::Failed(e.to_string()),
         };
+        self.record(job, keys, &task, attempt, took).await;
+    }
+
+    /// Records `attempt`'s outcome of `task` ([`tasks::complete`]) and counts it.
+    async fn record(
+        &self,
+        job: &LoadedJob,
+        keys: &JobKeys,
+        task: &Fetched,
+        attempt: Attempt,
+        took: Duration,
+    ) {
+        let (name, metrics, c) = (keys.job(), crate::metrics::get(), &self.counters);
+        let mut conn = self.conn.clone();
         let attempts = tasks::attempts(&job.spec.policies);
         let completed = tokio::time::timeout(
             self.timing.redis_timeout,
-            tasks::complete(&mut conn, keys, &task, &attempt, attempts),
+            tasks::complete(&mut conn, keys, task, &attempt, attempts),
         )
         .await;
         let took_ms = format!("{:.1}", took.as_secs_f64() * 1e3);

@@ -62,6 +62,9 @@ pub const MOST_BYTES_PER_SUBMIT: u64 = 64 << 20;
 pub const MOST_PER_RUN: u32 = 100_000;
 /// Longest task id, in bytes.
 pub const ID_MAX: usize = 128;
+/// Deliveries of one attempt's stream entry after which a worker records the attempt failed
+/// instead of running it (every earlier delivery's worker stopped answering).
+pub const MOST_DELIVERIES: u64 = 3;
 
 /// A task as a worker took it from the stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
