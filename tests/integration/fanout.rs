@@ -431,6 +431,10 @@ async fn a_task_that_traps_is_retried_then_fails_the_run_with_its_message() {
             "{error}"
         );
         assert_eq!(f.count("task attempt failed; queued again"), 2);
+        // Each attempt after a failure waits out a back-off (1 s, then 2 s: no retry policy).
+        assert_eq!(f.count("queued again, to run in 1s"), 1);
+        assert_eq!(f.count("queued again, to run in 2s"), 1);
+        assert!(f.count("task waits out its back-off before it runs") >= 1);
         // The failed run's tasks are gone with it.
         let mut c = f.redis.conn().await;
         let left: bool = c
@@ -596,7 +600,9 @@ async fn a_task_of_an_ended_or_rerun_run_changes_nothing() {
             tasks::Held::RunEnded
         );
         let out = Attempt::Output(b"late".to_vec());
-        let done = tasks::complete(&mut c, &keys, &old, &out, 3).await.unwrap();
+        let done = tasks::complete(&mut c, &keys, &old, &out, 3, Duration::ZERO)
+            .await
+            .unwrap();
         assert!(
             matches!(done, Completed::Refused(Refusal::RunEnded { .. })),
             "{done:?}"
@@ -717,7 +723,7 @@ async fn task_results_are_fenced_by_the_submitting_term_and_the_workers_claim() 
         assert!(lease::release(&mut c, &keys, "a:1").await.unwrap());
         let b = grant(lease::acquire(&mut c, &keys, "b:1", ttl).await.unwrap());
         let out = Attempt::Output(b"old".to_vec());
-        let late = tasks::complete(&mut c, &keys, &first[0], &out, 3)
+        let late = tasks::complete(&mut c, &keys, &first[0], &out, 3, Duration::ZERO)
             .await
             .unwrap();
         assert!(
@@ -740,7 +746,7 @@ async fn task_results_are_fenced_by_the_submitting_term_and_the_workers_claim() 
         assert_eq!(theirs.len(), 1);
         assert!(theirs[0].reclaimed);
         assert_eq!(theirs[0].claim.deliveries, 2);
-        let zombie = tasks::complete(&mut c, &keys, &mine[0], &out, 3)
+        let zombie = tasks::complete(&mut c, &keys, &mine[0], &out, 3, Duration::ZERO)
             .await
             .unwrap();
         assert!(
@@ -749,13 +755,13 @@ async fn task_results_are_fenced_by_the_submitting_term_and_the_workers_claim() 
         );
         let good = Attempt::Output(b"new".to_vec());
         assert_eq!(
-            tasks::complete(&mut c, &keys, &theirs[0], &good, 3)
+            tasks::complete(&mut c, &keys, &theirs[0], &good, 3, Duration::ZERO)
                 .await
                 .unwrap(),
             Completed::Done
         );
         // A second result for the task is refused; the first stays.
-        let again = tasks::complete(&mut c, &keys, &theirs[0], &out, 3)
+        let again = tasks::complete(&mut c, &keys, &theirs[0], &out, 3, Duration::ZERO)
             .await
             .unwrap();
         assert!(matches!(again, Completed::Refused(_)), "{again:?}");
@@ -937,6 +943,37 @@ async fn a_task_whose_workers_keep_dying_counts_as_a_failed_attempt() {
             2
         );
         drop(leader);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_task_that_is_not_ready_runs_again_as_the_same_attempt() {
+    deadline(Duration::from_secs(180), async {
+        let f = FanOut::start(
+            "fanout-not-ready",
+            2,
+            serde_json::json!({"tasks": 3, "not_ready_once": ["t-1"]}),
+        )
+        .await;
+        let record = f.wait_final("done", Duration::from_secs(120)).await;
+        assert_eq!(record["step"], 2, "{record}");
+        f.assert_sum().await;
+        assert_eq!(
+            f.count("task not ready; queued again as the same attempt, to run in 1s"),
+            1
+        );
+        // Not a failed attempt: nothing retried, and t-1 ran again as attempt 1.
+        assert_eq!(f.count("task attempt failed"), 0);
+        let started: Vec<Value> = f
+            .hosts
+            .iter()
+            .flat_map(|h| h.log_lines_with("\"task started\""))
+            .filter_map(|l| serde_json::from_str(&l).ok())
+            .filter(|v: &Value| v["task"] == "t-1")
+            .collect();
+        assert_eq!(started.len(), 2, "{started:?}");
+        assert!(started.iter().all(|v| v["attempt"] == 1), "{started:?}");
     })
     .await;
 }

@@ -11,7 +11,9 @@
 //! - `write_every_ms`: while spinning, write `tick/<period>/<id>` this often (a task that is
 //!   mid-write whenever its run ends); a refused write ends the task with the refusal;
 //! - `cpu`: rounds of a CPU-bound loop (benchmarks);
-//! - `fail`: task ids that trap (panic with `task <id> exploded`) on every attempt.
+//! - `fail`: task ids that trap (panic with `task <id> exploded`) on every attempt;
+//! - `not_ready_once`: task ids that answer `not-ready` the first time they run (they mark
+//!   `waited/<period>/<id>` in the store), then run as usual.
 
 use std::time::Duration;
 
@@ -28,6 +30,7 @@ struct Config {
     write_every_ms: u64,
     cpu: u64,
     fail: Vec<String>,
+    not_ready_once: Vec<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -38,6 +41,8 @@ struct Work {
     write_every_ms: u64,
     cpu: u64,
     fail: bool,
+    #[serde(default)]
+    not_ready_once: bool,
 }
 
 fn config() -> Result<Config, JobError> {
@@ -77,6 +82,7 @@ impl Guest for Tasker {
                         write_every_ms: config.write_every_ms,
                         cpu: config.cpu,
                         fail: config.fail.contains(&format!("t-{i}")),
+                        not_ready_once: config.not_ready_once.contains(&format!("t-{i}")),
                     })
                     .expect("work serializes"),
                 })
@@ -115,6 +121,14 @@ impl Guest for Tasker {
             .map_err(|e| JobError::Failed(format!("payload of {}: {e}", task.id)))?;
         if work.fail {
             panic!("task {} exploded", task.id);
+        }
+        let waited = format!("waited/{}/{}", run.period, task.id);
+        if work.not_ready_once && store::read(&waited)?.is_none() {
+            store::write(&waited, b"1")?;
+            return Err(JobError::NotReady(format!(
+                "task {}'s input is not there yet",
+                task.id
+            )));
         }
         let start = std::time::Instant::now();
         let mut ticks = 0u64;

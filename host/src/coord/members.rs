@@ -69,6 +69,9 @@ pub struct WorkerStats {
     pub done: u64,
     /// Task attempts that failed on it (retried or not).
     pub failed: u64,
+    /// Task attempts that answered `not-ready` on it (queued again as the same attempt).
+    #[serde(default)]
+    pub not_ready: u64,
     /// Tasks it took over from a worker that stopped answering.
     pub reclaimed: u64,
     /// Outputs refused (its claim or the submitting term had moved on) or dropped.

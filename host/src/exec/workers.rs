@@ -50,6 +50,7 @@ pub struct Counters {
     running: AtomicU32,
     done: AtomicU64,
     failed: AtomicU64,
+    not_ready: AtomicU64,
     reclaimed: AtomicU64,
     refused: AtomicU64,
 }
@@ -69,6 +70,7 @@ impl Counters {
             running: self.running.load(Ordering::Relaxed),
             done: self.done.load(Ordering::Relaxed),
             failed: self.failed.load(Ordering::Relaxed),
+            not_ready: self.not_ready.load(Ordering::Relaxed),
             reclaimed: self.reclaimed.load(Ordering::Relaxed),
             refused: self.refused.load(Ordering::Relaxed),
         }
@@ -235,6 +237,17 @@ impl Workers {
             task.owner.clone(),
             sent + self.timing.leader_window(),
         );
+        if !task.wait.is_zero() {
+            // What is left of its back-off: the claim is held (refreshed) while it waits.
+            info!(period = %task.period, attempt = task.attempt, wait_ms = task.wait.as_millis() as u64, "task waits out its back-off before it runs");
+            tokio::select! {
+                () = tokio::time::sleep(task.wait) => {}
+                why = self.keep_claim(keys, &task, &term) => {
+                    info!(period = %task.period, "task stopped while waiting: {why}");
+                    return;
+                }
+            }
+        }
         c.running.fetch_add(1, Ordering::Relaxed);
         info!(period = %task.period, attempt = task.attempt, "task started");
         let started = Instant::now();
@@ -279,6 +292,7 @@ impl Workers {
                 job.spec.limits.write_bytes
             )),
             Ok(o) => Attempt::Output(o),
+            Err(StepError::NotReady(why)) => Attempt::NotReady(why),
             Err(e) => Attempt::Failed(e.to_string()),
         };
         self.record(job, keys, &task, attempt, took).await;
@@ -296,11 +310,13 @@ impl Workers {
         let (name, metrics, c) = (keys.job(), crate::metrics::get(), &self.counters);
         let mut conn = self.conn.clone();
         let attempts = tasks::attempts(&job.spec.policies);
+        let delay = tasks::backoff(&job.spec.policies, task.attempt + 1);
         let completed = tokio::time::timeout(
             self.timing.redis_timeout,
-            tasks::complete(&mut conn, keys, task, &attempt, attempts),
+            tasks::complete(&mut conn, keys, task, &attempt, attempts, delay),
         )
         .await;
+        let again = crate::units::show(delay);
         let took_ms = format!("{:.1}", took.as_secs_f64() * 1e3);
         let (outcome, counter) = match completed {
             Ok(Ok(Completed::Done)) => {
@@ -308,8 +324,12 @@ impl Workers {
                 ("done", &c.done)
             }
             Ok(Ok(Completed::Retried)) => {
-                warn!(period = %task.period, attempt = task.attempt, took_ms, error = %failure(&attempt), "task attempt failed; queued again");
+                warn!(period = %task.period, attempt = task.attempt, took_ms, error = %failure(&attempt), "task attempt failed; queued again, to run in {again}");
                 ("retried", &c.failed)
+            }
+            Ok(Ok(Completed::Waiting)) => {
+                info!(period = %task.period, attempt = task.attempt, took_ms, why = %failure(&attempt), "task not ready; queued again as the same attempt, to run in {again}");
+                ("not-ready", &c.not_ready)
             }
             Ok(Ok(Completed::Failed)) => {
                 warn!(period = %task.period, attempt = task.attempt, took_ms, error = %failure(&attempt), "task failed on its last attempt");
@@ -371,7 +391,7 @@ impl Workers {
 
 fn failure(a: &Attempt) -> &str {
     match a {
-        Attempt::Failed(e) => e,
+        Attempt::Failed(e) | Attempt::NotReady(e) => e,
         Attempt::Output(_) => "",
     }
 }

@@ -87,6 +87,9 @@ pub struct Fetched {
     pub scheduled_at: String,
     /// Taken over from a worker that stopped answering.
     pub reclaimed: bool,
+    /// How long it waits before it runs: what is left of its back-off after a failed or
+    /// not-ready attempt (in Redis's clock, when it was fetched).
+    pub wait: Duration,
 }
 
 /// The run a task is submitted for: its period, attempt, scheduled time and component version.
@@ -115,6 +118,21 @@ pub fn attempts(policies: &crate::exec::spec::Policies) -> u32 {
 /// Attempts per task when the job sets no retry policy.
 pub const DEFAULT_ATTEMPTS: u32 = 3;
 
+/// The wait before attempt `next` of a task (from 2), or before a task that was not ready runs
+/// again as attempt `next`: the job's retry back-off when it sets a retry policy
+/// (`retry.backoff`, doubling to `retry.max-backoff`), else 1 s doubling to 30 s.
+pub fn backoff(policies: &crate::exec::spec::Policies, next: u32) -> Duration {
+    if policies.retry_attempts > 1 {
+        policies.retry_delay(next)
+    } else {
+        let doublings = next.saturating_sub(2).min(5);
+        (DEFAULT_BACKOFF * (1 << doublings)).min(Duration::from_secs(30))
+    }
+}
+
+/// The first wait between a task's attempts when the job sets no retry policy.
+pub const DEFAULT_BACKOFF: Duration = Duration::from_secs(1);
+
 /// How far a run's tasks are.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Progress {
@@ -140,6 +158,8 @@ pub enum Attempt {
     Output(Vec<u8>),
     /// It failed (the job's error, a trap, a limit): the message.
     Failed(String),
+    /// It answered `not-ready`: queued again after the back-off, as the same attempt.
+    NotReady(String),
 }
 
 /// What [`complete`] did.
@@ -149,6 +169,8 @@ pub enum Completed {
     Done,
     /// The failed attempt was recorded and the task queued again.
     Retried,
+    /// The task was not ready: queued again as the same attempt.
+    Waiting,
     /// The failed attempt was the last: the task failed (and the run with it).
     Failed,
     /// Refused: the submitting term no longer leads, the claim or entry is not this worker's
@@ -240,8 +262,8 @@ pub async fn fetch<C: ConnectionLike>(
     lapse: Duration,
     count: usize,
 ) -> redis::RedisResult<Vec<Fetched>> {
-    // Entry id, its fields, deliveries, reclaimed (1 or 0).
-    type Row = (String, Vec<(String, String)>, u64, i64);
+    // Entry id, its fields, deliveries, reclaimed (1 or 0), Redis's clock (ms).
+    type Row = (String, Vec<(String, String)>, u64, i64, u64);
     let rows: Vec<Row> = FETCH
         .key(keys.tasks())
         .arg(GROUP)
@@ -252,7 +274,7 @@ pub async fn fetch<C: ConnectionLike>(
         .await?;
     Ok(rows
         .into_iter()
-        .map(|(entry, fields, deliveries, reclaimed)| {
+        .map(|(entry, fields, deliveries, reclaimed, now)| {
             let field = |name: &str| {
                 fields
                     .iter()
@@ -277,6 +299,13 @@ pub async fn fetch<C: ConnectionLike>(
                 component: field("component"),
                 scheduled_at: field("scheduled"),
                 reclaimed: reclaimed == 1,
+                // Not before its back-off ends (`after`, in Redis's clock).
+                wait: Duration::from_millis(
+                    field("after")
+                        .parse::<u64>()
+                        .unwrap_or(0)
+                        .saturating_sub(now),
+                ),
             }
         })
         .collect())
@@ -350,10 +379,12 @@ pub async fn complete<C: ConnectionLike>(
     task: &Fetched,
     attempt: &Attempt,
     attempts: u32,
+    delay: Duration,
 ) -> redis::RedisResult<Completed> {
     let (word, value): (&str, &[u8]) = match attempt {
         Attempt::Output(o) => ("ok", o),
         Attempt::Failed(e) => ("fail", e.as_bytes()),
+        Attempt::NotReady(e) => ("not-ready", e.as_bytes()),
     };
     let v: Value = COMPLETE
         .key(keys.lease())
@@ -375,12 +406,14 @@ pub async fn complete<C: ConnectionLike>(
         .arg(keys.work_channel())
         .arg(keys.notice_channel())
         .arg(task.claim.run)
+        .arg(delay.as_millis() as u64)
         .invoke_async(conn)
         .await?;
     Ok(match reply(task.token, v) {
         Ok((kind, _)) => match kind.as_str() {
             "done" => Completed::Done,
             "retried" => Completed::Retried,
+            "waiting" => Completed::Waiting,
             _ => Completed::Failed,
         },
         Err(FenceError::Refused(r)) => Completed::Refused(r),

@@ -61,8 +61,9 @@ pub(super) static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
         r#"
 -- KEYS: lease, fence, tasks stream, the run's task hash, its data hash.
 -- ARGV: owner, token (the submitting term's), group, entry, consumer, deliveries, id,
---       'ok' or 'fail', output or error, attempts allowed, period, work channel, notice channel,
---       the run attempt the task was submitted for.
+--       'ok', 'fail' or 'not-ready', output or error, attempts allowed, period, work channel,
+--       notice channel, the run attempt the task was submitted for, the back-off (ms) before
+--       the task runs again.
 local refused = term_check(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 if refused then
   return refused
@@ -92,14 +93,21 @@ if ARGV[8] == 'ok' then
   rec.state = 'done'
   redis.call('HINCRBY', KEYS[4], 'n:finished', 1)
   outcome = 'done'
-elseif rec.attempt < tonumber(ARGV[10]) then
-  rec.attempt = rec.attempt + 1
+elseif ARGV[8] == 'not-ready' or rec.attempt < tonumber(ARGV[10]) then
+  -- Queued again after the back-off: as the next attempt, or (not ready) the same one.
+  if ARGV[8] == 'not-ready' then
+    outcome = 'waiting'
+  else
+    rec.attempt = rec.attempt + 1
+    outcome = 'retried'
+  end
   rec.error = ARGV[9]
+  local t = redis.call('TIME')
+  rec.after = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[15])
   rec.entry = redis.call('XADD', KEYS[3], '*', 'period', ARGV[11], 'id', ARGV[7], 'attempt',
     tostring(rec.attempt), 'token', ARGV[2], 'owner', ARGV[1], 'component', rec.component,
-    'scheduled', rec.scheduled, 'run', rec.run or '0')
+    'scheduled', rec.scheduled, 'run', rec.run or '0', 'after', string.format('%d', rec.after))
   redis.call('PUBLISH', ARGV[12], 'tasks')
-  outcome = 'retried'
 else
   rec.state = 'failed'
   rec.error = ARGV[9]
@@ -110,7 +118,7 @@ end
 -- The worker that ran this attempt, for `leasehold runs` and the HTTP API.
 rec.worker = ARGV[5]
 redis.call('HSET', KEYS[4], 't:' .. ARGV[7], cjson.encode(rec))
-if outcome ~= 'retried' then
+if outcome == 'done' or outcome == 'failed' then
   local n = redis.call('HMGET', KEYS[4], 'n:submitted', 'n:finished')
   if tonumber(n[2] or '0') >= tonumber(n[1] or '0') then
     redis.call('PUBLISH', ARGV[13], 'tasks-done')
@@ -144,7 +152,8 @@ for i = 1, #all, 2 do
       rec.token, rec.owner = ARGV[2], ARGV[1]
       rec.entry = redis.call('XADD', KEYS[3], '*', 'period', ARGV[4], 'id',
         string.sub(field, 3), 'attempt', tostring(rec.attempt), 'token', ARGV[2], 'owner', ARGV[1],
-        'component', rec.component, 'scheduled', rec.scheduled, 'run', rec.run or '0')
+        'component', rec.component, 'scheduled', rec.scheduled, 'run', rec.run or '0',
+        'after', string.format('%d', rec.after or 0))
       redis.call('HSET', KEYS[4], field, cjson.encode(rec))
       adopted = adopted + 1
     end
@@ -163,14 +172,17 @@ pub(super) static FETCH: LazyLock<Script> = LazyLock::new(|| {
         r#"
 -- KEYS: tasks stream.  ARGV: group, consumer, idle ms after which a claim lapses, count.
 -- New entries first; else entries whose worker stopped refreshing its claim. Each with how
--- many times it has been delivered (this delivery included), and whether it was taken over.
+-- many times it has been delivered (this delivery included), whether it was taken over, and
+-- Redis's clock (ms), against which an entry's `after` (its back-off) is read.
 redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[1], '0', 'MKSTREAM')
 local out = {}
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function add(entries, reclaimed)
   for _, e in ipairs(entries) do
     if e[2] then
       local p = redis.call('XPENDING', KEYS[1], ARGV[1], e[1], e[1], 1)
-      table.insert(out, {e[1], e[2], p[1] and p[1][4] or 1, reclaimed})
+      table.insert(out, {e[1], e[2], p[1] and p[1][4] or 1, reclaimed, now})
     end
   end
 end
