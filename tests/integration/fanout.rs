@@ -562,7 +562,7 @@ async fn a_task_of_an_ended_or_rerun_run_changes_nothing() {
             ("t-1".to_string(), b"one".to_vec()),
             ("t-2".to_string(), b"two".to_vec()),
         ];
-        tasks::submit(&mut c, &keys, term, &run(1), &two)
+        tasks::submit(&mut c, &keys, term, &run(1), &two, u64::MAX)
             .await
             .unwrap();
         let old = tasks::fetch(&mut c, &keys, "w1:x", ttl, 1)
@@ -600,7 +600,7 @@ async fn a_task_of_an_ended_or_rerun_run_changes_nothing() {
             tasks::Held::RunEnded
         );
         let out = Attempt::Output(b"late".to_vec());
-        let done = tasks::complete(&mut c, &keys, &old, &out, 3, Duration::ZERO)
+        let done = tasks::complete(&mut c, &keys, &old, &out, 3, Duration::ZERO, u64::MAX)
             .await
             .unwrap();
         assert!(
@@ -622,7 +622,7 @@ async fn a_task_of_an_ended_or_rerun_run_changes_nothing() {
         );
         // The period is run again as attempt 2: the old attempt's task is still refused, the
         // new attempt's task writes.
-        tasks::submit(&mut c, &keys, term, &run(2), &two[..1])
+        tasks::submit(&mut c, &keys, term, &run(2), &two[..1], u64::MAX)
             .await
             .unwrap();
         let late = task_write(&mut c, &keys, term, &old.claim, "3").await;
@@ -668,14 +668,14 @@ async fn task_results_are_fenced_by_the_submitting_term_and_the_workers_claim() 
         };
         let one = [("t-1".to_string(), b"payload".to_vec())];
         assert_eq!(
-            tasks::submit(&mut c, &keys, ("a:1", a), &run, &one)
+            tasks::submit(&mut c, &keys, ("a:1", a), &run, &one, u64::MAX)
                 .await
                 .unwrap(),
             Submitted::Added(1)
         );
         // Submitted again (a step re-executed): nothing added.
         assert_eq!(
-            tasks::submit(&mut c, &keys, ("a:1", a), &run, &one)
+            tasks::submit(&mut c, &keys, ("a:1", a), &run, &one, u64::MAX)
                 .await
                 .unwrap(),
             Submitted::Added(0)
@@ -686,7 +686,7 @@ async fn task_results_are_fenced_by_the_submitting_term_and_the_workers_claim() 
             let batch: Vec<(String, Vec<u8>)> = (0..tasks::MOST_PER_SUBMIT)
                 .map(|i| (format!("m-{rounds}-{i}"), Vec::new()))
                 .collect();
-            match tasks::submit(&mut c, &keys, ("a:1", a), &run, &batch)
+            match tasks::submit(&mut c, &keys, ("a:1", a), &run, &batch, u64::MAX)
                 .await
                 .unwrap()
             {
@@ -696,6 +696,7 @@ async fn task_results_are_fenced_by_the_submitting_term_and_the_workers_claim() 
                     assert!(has as usize + tasks::MOST_PER_SUBMIT > tasks::MOST_PER_RUN as usize);
                     break;
                 }
+                other => panic!("no quota here: {other:?}"),
             }
             rounds += 1;
             assert!(rounds <= 10, "never refused");
@@ -711,7 +712,7 @@ async fn task_results_are_fenced_by_the_submitting_term_and_the_workers_claim() 
             .await
             .unwrap();
         assert_eq!(
-            tasks::submit(&mut c, &keys, ("a:1", a), &run, &one)
+            tasks::submit(&mut c, &keys, ("a:1", a), &run, &one, u64::MAX)
                 .await
                 .unwrap(),
             Submitted::Added(1)
@@ -723,14 +724,14 @@ async fn task_results_are_fenced_by_the_submitting_term_and_the_workers_claim() 
         assert!(lease::release(&mut c, &keys, "a:1").await.unwrap());
         let b = grant(lease::acquire(&mut c, &keys, "b:1", ttl).await.unwrap());
         let out = Attempt::Output(b"old".to_vec());
-        let late = tasks::complete(&mut c, &keys, &first[0], &out, 3, Duration::ZERO)
+        let late = tasks::complete(&mut c, &keys, &first[0], &out, 3, Duration::ZERO, u64::MAX)
             .await
             .unwrap();
         assert!(
             matches!(late, Completed::Refused(Refusal::Stale { .. })),
             "{late:?}"
         );
-        let old_submit = tasks::submit(&mut c, &keys, ("a:1", a), &run, &one).await;
+        let old_submit = tasks::submit(&mut c, &keys, ("a:1", a), &run, &one, u64::MAX).await;
         assert!(matches!(old_submit, Err(FenceError::Refused(_))));
         // The new term takes the task over: a new entry of its own.
         assert_eq!(
@@ -746,7 +747,7 @@ async fn task_results_are_fenced_by_the_submitting_term_and_the_workers_claim() 
         assert_eq!(theirs.len(), 1);
         assert!(theirs[0].reclaimed);
         assert_eq!(theirs[0].claim.deliveries, 2);
-        let zombie = tasks::complete(&mut c, &keys, &mine[0], &out, 3, Duration::ZERO)
+        let zombie = tasks::complete(&mut c, &keys, &mine[0], &out, 3, Duration::ZERO, u64::MAX)
             .await
             .unwrap();
         assert!(
@@ -755,13 +756,21 @@ async fn task_results_are_fenced_by_the_submitting_term_and_the_workers_claim() 
         );
         let good = Attempt::Output(b"new".to_vec());
         assert_eq!(
-            tasks::complete(&mut c, &keys, &theirs[0], &good, 3, Duration::ZERO)
-                .await
-                .unwrap(),
+            tasks::complete(
+                &mut c,
+                &keys,
+                &theirs[0],
+                &good,
+                3,
+                Duration::ZERO,
+                u64::MAX
+            )
+            .await
+            .unwrap(),
             Completed::Done
         );
         // A second result for the task is refused; the first stays.
-        let again = tasks::complete(&mut c, &keys, &theirs[0], &out, 3, Duration::ZERO)
+        let again = tasks::complete(&mut c, &keys, &theirs[0], &out, 3, Duration::ZERO, u64::MAX)
             .await
             .unwrap();
         assert!(matches!(again, Completed::Refused(_)), "{again:?}");
@@ -974,6 +983,79 @@ async fn a_task_that_is_not_ready_runs_again_as_the_same_attempt() {
             .collect();
         assert_eq!(started.len(), 2, "{started:?}");
         assert!(started.iter().all(|v| v["attempt"] == 1), "{started:?}");
+    })
+    .await;
+}
+
+/// The job's storage count (keys, bytes) as its writes and tasks left it.
+async fn usage(redis: &RedisServer) -> (u64, u64) {
+    let mut c = redis.conn().await;
+    let (k, b): (Option<u64>, Option<u64>) = redis::cmd("HMGET")
+        .arg(JobKeys::new(JOB).usage())
+        .arg("keys")
+        .arg("bytes")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    (k.unwrap_or(0), b.unwrap_or(0))
+}
+
+#[tokio::test]
+async fn task_payloads_and_outputs_count_against_the_quota_while_their_run_keeps_them() {
+    deadline(Duration::from_secs(180), async {
+        // Counted while the run waits for its tasks, taken off when it ends: afterwards the
+        // count is what the job's own keys hold (a recount from the keys agrees).
+        let f = FanOut::start(
+            "fanout-quota",
+            2,
+            serde_json::json!({"tasks": 4, "spin_ms": 1500}),
+        )
+        .await;
+        let during = wait_for(
+            "tasks counted in the usage",
+            Duration::from_secs(60),
+            || async {
+                let r = f.record().await?;
+                let (_, bytes) = usage(&f.redis).await;
+                (r["status"] == "waiting" && bytes > 0).then_some(bytes)
+            },
+        )
+        .await;
+        f.wait_final("done", Duration::from_secs(120)).await;
+        let after = usage(&f.redis).await;
+        let out = run_leasehold(&["purge", JOB, "--recount", "--redis-url", &f.redis.url()]);
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(
+            usage(&f.redis).await,
+            after,
+            "the run's task bytes were left in the count"
+        );
+        assert!(during > 0);
+        drop(f);
+
+        // Payloads that would take the job past its quota: nothing is submitted, and the run
+        // fails as quota-exceeded, naming the tasks.
+        let f = FanOut::start_with(
+            "fanout-quota-refused",
+            1,
+            serde_json::json!({"tasks": 40}),
+            Some("[quota]\nbytes = \"1KiB\"\n"),
+        )
+        .await;
+        let record = f.wait_final("failed", Duration::from_secs(120)).await;
+        assert_eq!(record["failure"], "quota-exceeded", "{record}");
+        let error = record["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains("task payloads count against the storage quota"),
+            "{error}"
+        );
+        let mut c = f.redis.conn().await;
+        let left: bool = c
+            .exists(format!("lh:{{{JOB}}}:taskdata:{PERIOD}"))
+            .await
+            .unwrap();
+        assert!(!left, "a refused submission stored payloads");
+        assert_eq!(usage(&f.redis).await.1, 0, "{record}");
     })
     .await;
 }

@@ -21,6 +21,13 @@
 //! count right with [`recount`] (`leasehold purge JOB --recount`). The quota
 //! is on the job's data, not on its run records and checkpoints, which the host bounds itself
 //! (one record per period, a checkpoint at most `max-write-bytes`).
+//!
+//! Fan-out tasks count too, in bytes (no keys): a submission's ids and payloads, and each
+//! task's id and output, are added by the task scripts ([`crate::exec::tasks`]) and kept in
+//! the run's task hash (`n:bytes`), and the fenced write that ends the run takes that sum off
+//! again. A submission that would take the job past its quota of bytes adds nothing; an output
+//! that would fails its task. A recount counts data keys only, so it drops the bytes of runs
+//! still open (the count errs low).
 
 use std::sync::LazyLock;
 

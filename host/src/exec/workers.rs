@@ -313,7 +313,15 @@ impl Workers {
         let delay = tasks::backoff(&job.spec.policies, task.attempt + 1);
         let completed = tokio::time::timeout(
             self.timing.redis_timeout,
-            tasks::complete(&mut conn, keys, task, &attempt, attempts, delay),
+            tasks::complete(
+                &mut conn,
+                keys,
+                task,
+                &attempt,
+                attempts,
+                delay,
+                job.spec.limits.stored_bytes,
+            ),
         )
         .await;
         let again = crate::units::show(delay);

@@ -107,6 +107,15 @@ end
 -- A run that ends ends its tasks: every entry still queued is acknowledged and deleted, so no
 -- worker's claim on it holds and no worker fetches it (their records go with the run's keys).
 if ARGV[17] == '1' then
+  -- Its tasks' payloads and outputs come off the job's storage count.
+  local counted = tonumber(redis.call('HGET', KEYS[8], 'n:bytes') or '0')
+  if counted > 0 then
+    local left = tonumber(redis.call('HGET', KEYS[5], 'bytes') or '0') - counted
+    if left < 0 then
+      left = 0
+    end
+    redis.call('HSET', KEYS[5], 'bytes', string.format('%.0f', left))
+  end
   local all = redis.call('HGETALL', KEYS[8])
   for i = 1, #all, 2 do
     if string.sub(all[i], 1, 2) == 't:' then

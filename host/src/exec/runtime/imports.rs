@@ -423,6 +423,7 @@ impl HostState {
                 crate::exec::tasks::MOST_BYTES_PER_SUBMIT,
             )));
         }
+        let quota = self.quota;
         let ctx = self.step()?;
         // An id given twice in one call is the first one (as if submitted again).
         let mut seen = std::collections::HashSet::new();
@@ -441,6 +442,7 @@ impl HostState {
             (term.owner(), term.token()),
             &run,
             &list,
+            quota.bytes,
         );
         Ok(match term.bound(call).await {
             Some(Ok(crate::exec::tasks::Submitted::Added(added))) => {
@@ -452,6 +454,19 @@ impl HostState {
                     "the run has {has} tasks: {} more would take it past {} tasks per run; nothing was submitted",
                     list.len(),
                     crate::exec::tasks::MOST_PER_RUN
+                )))
+            }
+            Some(Ok(crate::exec::tasks::Submitted::Quota(keys, bytes))) => {
+                let usage = crate::coord::quota::QuotaUsage {
+                    keys,
+                    bytes,
+                    max_keys: quota.keys,
+                    max_bytes: quota.bytes,
+                };
+                // The step fails as quota-exceeded if the guest gives up (as after a write).
+                self.quota_refused = Some(usage);
+                Err(tasks::TasksError::Invalid(format!(
+                    "{usage}: task payloads count against the storage quota while their run keeps them; nothing was submitted"
                 )))
             }
             Some(Err(fence::FenceError::Refused(r))) => {

@@ -196,10 +196,15 @@ pub fn validate_id(id: &str) -> Result<(), String> {
 
 /// A term script's reply: `{1, word, value, _}` or a refusal.
 fn reply(token: u64, v: Value) -> Result<(String, String), FenceError> {
+    reply3(token, v).map(|(kind, a, _)| (kind, a))
+}
+
+/// [`reply`] with the answer's second value too.
+fn reply3(token: u64, v: Value) -> Result<(String, String, String), FenceError> {
     let (ok, kind, a, b): (i64, String, String, String) =
         redis::from_redis_value(v).map_err(redis::RedisError::from)?;
     if ok == 1 {
-        Ok((kind, a))
+        Ok((kind, a, b))
     } else {
         Err(FenceError::Refused(refusal(&kind, token, &a, b)))
     }
@@ -213,16 +218,22 @@ pub enum Submitted {
     /// Nothing was added: the run would have more than [`MOST_PER_RUN`] tasks; it has this
     /// many.
     TooMany(u32),
+    /// Nothing was added: the payloads would take the job past its storage quota of bytes
+    /// (what it would keep: keys, bytes).
+    Quota(u64, u64),
 }
 
 /// Submits `tasks` (id, payload) for the run `run` as the term `(owner, token)`: ids already
-/// submitted are left alone, and nothing is added past [`MOST_PER_RUN`] tasks for the run.
+/// submitted are left alone, and nothing is added past [`MOST_PER_RUN`] tasks for the run, nor
+/// when the payloads would take the job past `quota_bytes` (they count against its storage
+/// quota until the run ends, as its tasks' outputs do).
 pub async fn submit<C: ConnectionLike>(
     conn: &mut C,
     keys: &JobKeys,
     (owner, token): (&str, u64),
     run: &RunOf,
     tasks: &[(String, Vec<u8>)],
+    quota_bytes: u64,
 ) -> Result<Submitted, FenceError> {
     let period = run.period.as_str();
     let mut inv = SUBMIT.key(keys.lease());
@@ -230,6 +241,7 @@ pub async fn submit<C: ConnectionLike>(
         .key(keys.tasks())
         .key(keys.task_runs(period))
         .key(keys.task_data(period))
+        .key(keys.usage())
         .arg(owner)
         .arg(token)
         .arg(GROUP)
@@ -239,17 +251,17 @@ pub async fn submit<C: ConnectionLike>(
         .arg(&run.component)
         .arg(&run.scheduled_at)
         .arg(MOST_PER_RUN)
-        .arg(run.attempt);
+        .arg(run.attempt)
+        .arg(quota_bytes);
     for (id, payload) in tasks {
         inv.arg(id).arg(payload.as_slice());
     }
     let v: Value = inv.invoke_async(conn).await?;
-    let (kind, n) = reply(token, v)?;
-    let n = n.parse().unwrap_or(0);
-    Ok(if kind == "too-many" {
-        Submitted::TooMany(n)
-    } else {
-        Submitted::Added(n)
+    let (kind, n, keys_kept) = reply3(token, v)?;
+    Ok(match kind.as_str() {
+        "too-many" => Submitted::TooMany(n.parse().unwrap_or(0)),
+        "quota" => Submitted::Quota(keys_kept.parse().unwrap_or(0), n.parse().unwrap_or(0)),
+        _ => Submitted::Added(n.parse().unwrap_or(0)),
     })
 }
 
@@ -380,6 +392,7 @@ pub async fn complete<C: ConnectionLike>(
     attempt: &Attempt,
     attempts: u32,
     delay: Duration,
+    quota_bytes: u64,
 ) -> redis::RedisResult<Completed> {
     let (word, value): (&str, &[u8]) = match attempt {
         Attempt::Output(o) => ("ok", o),
@@ -392,6 +405,7 @@ pub async fn complete<C: ConnectionLike>(
         .key(keys.tasks())
         .key(keys.task_runs(&task.period))
         .key(keys.task_data(&task.period))
+        .key(keys.usage())
         .arg(&task.owner)
         .arg(task.token)
         .arg(GROUP)
@@ -407,6 +421,7 @@ pub async fn complete<C: ConnectionLike>(
         .arg(keys.notice_channel())
         .arg(task.claim.run)
         .arg(delay.as_millis() as u64)
+        .arg(quota_bytes)
         .invoke_async(conn)
         .await?;
     Ok(match reply(task.token, v) {

@@ -11,30 +11,42 @@ pub(super) static SUBMIT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{TERM_CHECK}{}",
         r#"
--- KEYS: lease, fence, tasks stream, the run's task hash, its data hash.
+-- KEYS: lease, fence, tasks stream, the run's task hash, its data hash, the job's usage.
 -- ARGV: owner, token, group, period, work channel, number of tasks, the run's component
---       version, its scheduled time, the most tasks a run may have, the run's attempt, then
---       (id, payload) pairs.
+--       version, its scheduled time, the most tasks a run may have, the run's attempt, the
+--       job's quota of bytes, then (id, payload) pairs.
 local refused = term_check(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 if refused then
   return refused
 end
 -- The run's bound: nothing is added when the new tasks would take it past it.
-local new = 0
+local new, added_bytes = 0, 0
 for i = 1, tonumber(ARGV[6]) do
-  if redis.call('HEXISTS', KEYS[4], 't:' .. ARGV[9 + 2 * i]) == 0 then
+  local id = ARGV[10 + 2 * i]
+  if redis.call('HEXISTS', KEYS[4], 't:' .. id) == 0 then
     new = new + 1
+    added_bytes = added_bytes + #id + #ARGV[11 + 2 * i]
   end
 end
 local submitted = tonumber(redis.call('HGET', KEYS[4], 'n:submitted') or '0')
 if submitted + new > tonumber(ARGV[9]) then
   return {1, 'too-many', tostring(submitted), ''}
 end
+-- The payloads count against the job's storage quota (bytes) while the run keeps them; the
+-- run's end takes them off again (the fenced write that ends it).
+local bytes = tonumber(redis.call('HGET', KEYS[6], 'bytes') or '0') + added_bytes
+if added_bytes > 0 and bytes > tonumber(ARGV[11]) then
+  return {1, 'quota', string.format('%.0f', bytes), redis.call('HGET', KEYS[6], 'keys') or '0'}
+end
+if added_bytes > 0 then
+  redis.call('HSET', KEYS[6], 'bytes', string.format('%.0f', bytes))
+  redis.call('HINCRBY', KEYS[4], 'n:bytes', added_bytes)
+end
 -- The group exists from the first task on (an error when it already does is expected).
 redis.pcall('XGROUP', 'CREATE', KEYS[3], ARGV[3], '0', 'MKSTREAM')
 local added = 0
 for i = 1, tonumber(ARGV[6]) do
-  local id, payload = ARGV[9 + 2 * i], ARGV[10 + 2 * i]
+  local id, payload = ARGV[10 + 2 * i], ARGV[11 + 2 * i]
   if redis.call('HEXISTS', KEYS[4], 't:' .. id) == 0 then
     local entry = redis.call('XADD', KEYS[3], '*', 'period', ARGV[4], 'id', id, 'attempt', '1',
       'token', ARGV[2], 'owner', ARGV[1], 'component', ARGV[7], 'scheduled', ARGV[8],
@@ -59,11 +71,11 @@ pub(super) static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{TERM_CHECK}{CLAIM_CHECK}{RUN_ENDED}{}",
         r#"
--- KEYS: lease, fence, tasks stream, the run's task hash, its data hash.
+-- KEYS: lease, fence, tasks stream, the run's task hash, its data hash, the job's usage.
 -- ARGV: owner, token (the submitting term's), group, entry, consumer, deliveries, id,
 --       'ok', 'fail' or 'not-ready', output or error, attempts allowed, period, work channel,
 --       notice channel, the run attempt the task was submitted for, the back-off (ms) before
---       the task runs again.
+--       the task runs again, the job's quota of bytes.
 local refused = term_check(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 if refused then
   return refused
@@ -88,8 +100,22 @@ end
 redis.call('XACK', KEYS[3], ARGV[3], ARGV[4])
 redis.call('XDEL', KEYS[3], ARGV[4])
 local outcome
-if ARGV[8] == 'ok' then
+-- An output counts against the job's storage quota (bytes) while the run keeps it: one that
+-- would take the job past it fails the task (retrying would fail the same way).
+local output_bytes = #ARGV[7] + #ARGV[9]
+local bytes = tonumber(redis.call('HGET', KEYS[6], 'bytes') or '0') + output_bytes
+if ARGV[8] == 'ok' and bytes > tonumber(ARGV[16]) then
+  rec.state = 'failed'
+  rec.error = 'storage quota exceeded: its output of ' .. #ARGV[9] ..
+    ' bytes would take the job to ' .. string.format('%.0f', bytes) ..
+    ' bytes (the quota is ' .. ARGV[16] .. ' bytes)'
+  redis.call('HINCRBY', KEYS[4], 'n:finished', 1)
+  redis.call('HINCRBY', KEYS[4], 'n:failed', 1)
+  outcome = 'failed'
+elseif ARGV[8] == 'ok' then
   redis.call('HSET', KEYS[5], 'o:' .. ARGV[7], ARGV[9])
+  redis.call('HSET', KEYS[6], 'bytes', string.format('%.0f', bytes))
+  redis.call('HINCRBY', KEYS[4], 'n:bytes', output_bytes)
   rec.state = 'done'
   redis.call('HINCRBY', KEYS[4], 'n:finished', 1)
   outcome = 'done'
