@@ -1059,3 +1059,61 @@ async fn task_payloads_and_outputs_count_against_the_quota_while_their_run_keeps
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_stopping_worker_gives_its_task_back_at_once() {
+    deadline(Duration::from_secs(180), async {
+        let redis = RedisServer::start().await;
+        let dir = TempDir::new("fanout-give-back");
+        std::fs::create_dir_all(dir.join("jobs")).unwrap();
+        std::fs::create_dir_all(dir.join("data/tasker")).unwrap();
+        std::fs::copy(guests().wasm("tasker"), dir.join("jobs/tasker.wasm")).unwrap();
+        let config = serde_json::json!({"tasks": 2, "spin_ms": 4000});
+        std::fs::write(dir.join("data/tasker/tasker.json"), config.to_string()).unwrap();
+        let data = dir.join("data");
+        // A long lease (30 s): a claim left to lapse would be taken over only after it.
+        let host = |node: &str, slots: &str| {
+            HostProcess::start_node(
+                LEASEHOLD,
+                &redis.url(),
+                &dir.join("jobs"),
+                node,
+                ("30s", "1s"),
+                &["--data-dir", data.to_str().unwrap(), "--task-slots", slots],
+            )
+        };
+        let leader = host("w0", "0");
+        leader
+            .wait_for_log("\"became leader\"", Duration::from_secs(60))
+            .await;
+        let mut workers = [host("w1", "2"), host("w2", "2")];
+        let first = wait_for("a worker to start a task", Duration::from_secs(60), || {
+            let i = workers
+                .iter()
+                .position(|w| !w.log_lines_with("\"task started\"").is_empty());
+            async move { i }
+        })
+        .await;
+        let other = 1 - first;
+        let stopped = workers[first].terminate(Duration::from_secs(30)).await;
+        assert!(stopped, "the worker did not stop on SIGTERM");
+        assert!(
+            !workers[first]
+                .log_lines_with("gave the task back as this host stops")
+                .is_empty()
+        );
+        // Taken up by the other worker well within the lease TTL (30 s).
+        workers[other]
+            .wait_for_log("took over a task", Duration::from_secs(10))
+            .await;
+        let record = wait_for("the run to finish", Duration::from_secs(120), || async {
+            crate::harness::run_record(&redis, JOB, PERIOD)
+                .await
+                .filter(|r| r["status"] == "done")
+        })
+        .await;
+        assert_eq!(record["step"], 2, "{record}");
+        drop(leader);
+    })
+    .await;
+}

@@ -15,6 +15,10 @@
 //! Workers wake on the job's work notices (`lh:{job}:work`: tasks submitted or queued again)
 //! and look for lapsed claims at least every lease TTL.
 //!
+//! **Stopping.** A host that stops drops the tasks it runs and gives each back
+//! ([`crate::exec::tasks::give_back`]): another worker takes it at once, not after a lease TTL,
+//! and the delivery is not counted.
+//!
 //! **Deliveries.** A task taken over more than [`crate::exec::tasks::MOST_DELIVERIES`] times
 //! (each worker that took it stopped answering) is not run again by that delivery: it counts
 //! as a failed attempt, retried under the job's attempts like any other, so a task that kills
@@ -151,12 +155,13 @@ impl Workers {
                     let me = self.clone();
                     let (keys, data_dir, stop) = (keys.clone(), data_dir.clone(), stop.clone());
                     let span = tracing::error_span!("task", task = %task.id, token = task.token);
+                    let claim = task.claim.clone();
                     running.spawn(
                         async move {
-                            // Stopping drops the task (its guest with it); its claim lapses.
+                            // Stopping drops the task (its guest with it) and gives it back.
                             tokio::select! {
                                 () = me.run_one(&version, &keys, data_dir, task, sent) => {}
-                                () = stop.cancelled() => {}
+                                () = stop.cancelled() => me.give_back(&keys, &claim).await,
                             }
                             drop(permit);
                         }
@@ -198,7 +203,7 @@ impl Workers {
         let metrics = crate::metrics::get();
         let c = &self.counters;
         if task.reclaimed {
-            info!(period = %task.period, attempt = task.attempt, deliveries = task.claim.deliveries, "took over a task whose worker stopped answering");
+            info!(period = %task.period, attempt = task.attempt, deliveries = task.claim.deliveries, "took over a task whose worker stopped answering (or gave it back as it stopped)");
             c.reclaimed.fetch_add(1, Ordering::Relaxed);
             metrics.task(name, "reclaimed", None);
         }
@@ -296,6 +301,26 @@ impl Workers {
             Err(e) => Attempt::Failed(e.to_string()),
         };
         self.record(job, keys, &task, attempt, took).await;
+    }
+
+    /// Gives a task this stopping host was running back to the other workers at once, instead
+    /// of letting its claim lapse for a lease TTL (its guest has been dropped).
+    async fn give_back(&self, keys: &JobKeys, claim: &tasks::Claim) {
+        let mut conn = self.conn.clone();
+        let given = tokio::time::timeout(
+            self.timing.redis_timeout,
+            tasks::give_back(&mut conn, keys, claim),
+        )
+        .await;
+        match given {
+            Ok(Ok(true)) => {
+                info!(period = %claim.period, "gave the task back as this host stops: another worker takes it now")
+            }
+            Ok(Ok(false)) => {}
+            _ => {
+                warn!(period = %claim.period, "could not give the task back as this host stops; its claim lapses after a lease TTL")
+            }
+        }
     }
 
     /// Records `attempt`'s outcome of `task` ([`tasks::complete`]) and counts it.

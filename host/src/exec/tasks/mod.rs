@@ -50,7 +50,7 @@ mod read;
 mod scripts;
 use crate::store::keys::JobKeys;
 pub use read::{TaskView, first_failure, output, progress, tasks_of, tasks_summary};
-use scripts::{ADOPT, COMPLETE, DROP_STALE, FETCH, REFRESH, SUBMIT};
+use scripts::{ADOPT, COMPLETE, DROP_STALE, FETCH, GIVE_BACK, REFRESH, SUBMIT};
 
 pub use crate::coord::checks::{Claim, GROUP};
 /// Most tasks one `submit` may carry.
@@ -435,6 +435,28 @@ pub async fn complete<C: ConnectionLike>(
         Err(FenceError::Redis(e)) => return Err(e),
         Err(FenceError::Quota(_)) => unreachable!("task results are not counted against a quota"),
     })
+}
+
+/// Gives `claim`'s task back (its worker stops): another worker takes it at its next fetch
+/// instead of after the claim's lapse ([`GIVE_BACK`]). Returns false when the claim was not
+/// this worker's any more.
+pub async fn give_back<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &JobKeys,
+    claim: &Claim,
+) -> redis::RedisResult<bool> {
+    let given: i64 = GIVE_BACK
+        .key(keys.tasks())
+        .arg(GROUP)
+        .arg(&claim.entry)
+        .arg(&claim.consumer)
+        .arg(claim.deliveries)
+        // As if delivered a day ago (an idle time beyond Redis's clock would read as none).
+        .arg(86_400_000u64)
+        .arg(keys.work_channel())
+        .invoke_async(conn)
+        .await?;
+    Ok(given == 1)
 }
 
 /// Gives every unfinished task of `period`'s run to the term `(owner, token)`: a new entry of

@@ -270,3 +270,22 @@ return 1
 "#,
     )
 });
+
+pub(super) static GIVE_BACK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{CLAIM_CHECK}{}",
+        r#"
+-- KEYS: tasks stream.  ARGV: group, entry, consumer, deliveries, idle ms to set, work channel.
+-- A stopping worker's task, given back: its entry stays pending with this worker but idle as
+-- if its claim had lapsed long ago, with the delivery undone (a graceful stop does not count
+-- towards the delivery cap), and the workers are told. 0 when the claim is not this worker's.
+if not claim_holds(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4]) then
+  return 0
+end
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[3], 0, ARGV[2], 'IDLE', ARGV[5], 'RETRYCOUNT',
+  math.max(tonumber(ARGV[4]) - 1, 0), 'JUSTID')
+redis.call('PUBLISH', ARGV[6], 'tasks')
+return 1
+"#
+    ))
+});
