@@ -72,32 +72,17 @@ impl FanOut {
         config: Value,
         sidecar: Option<&str>,
     ) -> Self {
-        let dir = TempDir::new(name);
-        std::fs::create_dir_all(dir.join("jobs")).unwrap();
-        std::fs::create_dir_all(dir.join("data/tasker")).unwrap();
-        std::fs::copy(guests().wasm("tasker"), dir.join("jobs/tasker.wasm")).unwrap();
-        if let Some(sidecar) = sidecar {
-            std::fs::write(dir.join("jobs/tasker.toml"), sidecar).unwrap();
-        }
-        std::fs::write(dir.join("data/tasker/tasker.json"), config.to_string()).unwrap();
+        let dir = tasker_dir(name, &config, sidecar);
         let recorder = Recorder::start(&redis).await;
-        let data = dir.join("data");
         let hosts = (0..n)
             .map(|i| {
-                HostProcess::start_node(
-                    LEASEHOLD,
-                    &redis.url(),
-                    &dir.join("jobs"),
+                tasker_host(
+                    &redis,
+                    &dir,
                     &format!("w{i}"),
                     ("1s", "200ms"),
-                    &[
-                        "--data-dir",
-                        data.to_str().unwrap(),
-                        "--task-slots",
-                        "2",
-                        "--http",
-                        "127.0.0.1:0",
-                    ],
+                    "2",
+                    &["--http", "127.0.0.1:0"],
                 )
             })
             .collect();
@@ -190,6 +175,43 @@ impl FanOut {
             .map(|h| h.log_lines_with(needle).len())
             .sum()
     }
+}
+
+/// A directory with the tasker in `jobs/` (with `sidecar` as its `tasker.toml`) and `config` as
+/// its `data/tasker/tasker.json`.
+fn tasker_dir(name: &str, config: &Value, sidecar: Option<&str>) -> TempDir {
+    let dir = TempDir::new(name);
+    std::fs::create_dir_all(dir.join("jobs")).unwrap();
+    std::fs::create_dir_all(dir.join("data/tasker")).unwrap();
+    std::fs::copy(guests().wasm("tasker"), dir.join("jobs/tasker.wasm")).unwrap();
+    if let Some(sidecar) = sidecar {
+        std::fs::write(dir.join("jobs/tasker.toml"), sidecar).unwrap();
+    }
+    std::fs::write(dir.join("data/tasker/tasker.json"), config.to_string()).unwrap();
+    dir
+}
+
+/// A host `node` on the tasker in `dir`, with `slots` task slots, `(ttl, heartbeat)` and
+/// `extra` flags.
+fn tasker_host(
+    redis: &RedisServer,
+    dir: &TempDir,
+    node: &str,
+    timing: (&str, &str),
+    slots: &str,
+    extra: &[&str],
+) -> HostProcess {
+    let data = dir.join("data");
+    let mut args = vec!["--data-dir", data.to_str().unwrap(), "--task-slots", slots];
+    args.extend_from_slice(extra);
+    HostProcess::start_node(
+        LEASEHOLD,
+        &redis.url(),
+        &dir.join("jobs"),
+        node,
+        timing,
+        &args,
+    )
 }
 
 #[tokio::test]
@@ -880,23 +902,10 @@ async fn a_fanned_out_reconciliation_writes_exactly_the_sequential_report() {
 async fn a_task_whose_workers_keep_dying_counts_as_a_failed_attempt() {
     deadline(Duration::from_secs(180), async {
         let redis = RedisServer::start().await;
-        let dir = TempDir::new("fanout-deliveries");
-        std::fs::create_dir_all(dir.join("jobs")).unwrap();
-        std::fs::create_dir_all(dir.join("data/tasker")).unwrap();
-        std::fs::copy(guests().wasm("tasker"), dir.join("jobs/tasker.wasm")).unwrap();
         let config = serde_json::json!({"tasks": 2, "spin_ms": 100});
-        std::fs::write(dir.join("data/tasker/tasker.json"), config.to_string()).unwrap();
-        let data = dir.join("data");
-        let host = |node: &str, slots: &str| {
-            HostProcess::start_node(
-                LEASEHOLD,
-                &redis.url(),
-                &dir.join("jobs"),
-                node,
-                ("1s", "200ms"),
-                &["--data-dir", data.to_str().unwrap(), "--task-slots", slots],
-            )
-        };
+        let dir = tasker_dir("fanout-deliveries", &config, None);
+        let host =
+            |node: &str, slots: &str| tasker_host(&redis, &dir, node, ("1s", "200ms"), slots, &[]);
         // A leader that runs no task: the run's tasks wait in the stream.
         let leader = host("w0", "0");
         leader
@@ -1064,24 +1073,11 @@ async fn task_payloads_and_outputs_count_against_the_quota_while_their_run_keeps
 async fn a_stopping_worker_gives_its_task_back_at_once() {
     deadline(Duration::from_secs(180), async {
         let redis = RedisServer::start().await;
-        let dir = TempDir::new("fanout-give-back");
-        std::fs::create_dir_all(dir.join("jobs")).unwrap();
-        std::fs::create_dir_all(dir.join("data/tasker")).unwrap();
-        std::fs::copy(guests().wasm("tasker"), dir.join("jobs/tasker.wasm")).unwrap();
         let config = serde_json::json!({"tasks": 2, "spin_ms": 4000});
-        std::fs::write(dir.join("data/tasker/tasker.json"), config.to_string()).unwrap();
-        let data = dir.join("data");
+        let dir = tasker_dir("fanout-give-back", &config, None);
         // A long lease (30 s): a claim left to lapse would be taken over only after it.
-        let host = |node: &str, slots: &str| {
-            HostProcess::start_node(
-                LEASEHOLD,
-                &redis.url(),
-                &dir.join("jobs"),
-                node,
-                ("30s", "1s"),
-                &["--data-dir", data.to_str().unwrap(), "--task-slots", slots],
-            )
-        };
+        let host =
+            |node: &str, slots: &str| tasker_host(&redis, &dir, node, ("30s", "1s"), slots, &[]);
         let leader = host("w0", "0");
         leader
             .wait_for_log("\"became leader\"", Duration::from_secs(60))

@@ -228,13 +228,19 @@ async fn trigger(
         runs::Triggered::Requested | runs::Triggered::Rerun(_) => StatusCode::ACCEPTED,
         _ => StatusCode::OK,
     };
-    let body = json!({
-        "job": name,
-        "period": period,
-        "result": done.word(),
-        "message": done.describe(&name, &period),
-    });
-    Ok((status, Json(body)).into_response())
+    Ok(answered(
+        status,
+        &name,
+        &period,
+        done.word(),
+        done.describe(&name, &period),
+    ))
+}
+
+/// What an operator's request did, as the trigger and cancel routes answer it.
+fn answered(status: StatusCode, job: &str, period: &str, word: &str, message: String) -> Response {
+    let body = json!({ "job": job, "period": period, "result": word, "message": message });
+    (status, Json(body)).into_response()
 }
 
 /// Query of `GET /v1/jobs/{job}/runs`.
@@ -296,13 +302,13 @@ async fn cancel(
         runs::Cancel::AlreadyCancelled(_) => StatusCode::OK,
         runs::Cancel::NotOpen(_) | runs::Cancel::NoRun => StatusCode::CONFLICT,
     };
-    let body = json!({
-        "job": name,
-        "period": period,
-        "result": done.word(),
-        "message": done.describe(&name, &period),
-    });
-    Ok((status, Json(body)).into_response())
+    Ok(answered(
+        status,
+        &name,
+        &period,
+        done.word(),
+        done.describe(&name, &period),
+    ))
 }
 
 async fn pause(State(api): State<Api>, Path(name): Path<String>) -> Result<Response, ApiError> {
