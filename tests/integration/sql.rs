@@ -629,7 +629,13 @@ async fn tls_to_postgresql_is_verified_and_an_untrusted_server_is_refused() {
         let ca_file = ca.ca.to_str().unwrap();
         // (how the database is named, the host's environment, what the probe must get)
         type Case<'a> = (String, Vec<(&'a str, &'a str)>, &'a str);
-        let cases: [Case; 3] = [
+        let cases: [Case; 4] = [
+            // `prefer` on a server that offers TLS: TLS, verified against the CA in the URL.
+            (
+                format!("ledger={url}?sslmode=prefer&{root}"),
+                vec![],
+                "ok [[true,\"TLSv1.",
+            ),
             // The CA trusted through SSL_CERT_FILE, as for rediss:// URLs.
             (
                 format!("ledger={url}?sslmode=require"),
@@ -662,7 +668,7 @@ async fn tls_to_postgresql_is_verified_and_an_untrusted_server_is_refused() {
             assert_eq!(record["status"], "done", "case {i}: {record}");
             let got = &outcomes(&redis).await[&1];
             assert!(got.starts_with(expected), "case {i} ({database}): {got}");
-            if i == 2 {
+            if i == 3 {
                 // The start-up check could not reach it either, and said why.
                 let warned = host.log_lines_with("cannot check database ledger now");
                 assert!(
