@@ -607,3 +607,48 @@ async fn an_operator_cancels_a_running_step_and_the_run_is_recorded_cancelled() 
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_paused_jobs_waiting_run_is_cancelled_too() {
+    deadline(Duration::from_secs(120), async {
+        let redis = RedisServer::start().await;
+        seed_cursor(&redis).await;
+        let dir = probe_dirs("unreachable");
+        // The first attempt traps; the retry waits 30 s: the run is open, running nothing.
+        std::fs::write(
+            dir.join("jobs/probe.toml"),
+            "[retry]\nattempts = 3\nbackoff = \"30s\"\n",
+        )
+        .unwrap();
+        let host = start(&dir, &redis, "n1", ("2s", "500ms"));
+        host.wait_for_log("became leader", Duration::from_secs(60))
+            .await;
+        trigger(&redis, "probe", PERIOD);
+        wait_record(
+            &redis,
+            "attempt 1 to fail and wait",
+            Duration::from_secs(30),
+            |r| r["status"] == "pending" && r["attempt"] == 2,
+        )
+        .await;
+        let url = redis.url();
+        let out = run_leasehold(&["pause", "probe", "--redis-url", &url]);
+        assert!(out.status.success(), "{out:?}");
+        host.wait_for_log("job paused", Duration::from_secs(30))
+            .await;
+        let out = run_leasehold(&["cancel", "probe", "--period", PERIOD, "--redis-url", &url]);
+        assert!(out.status.success(), "{out:?}");
+        let r = wait_record(
+            &redis,
+            "the paused job's run cancelled",
+            Duration::from_secs(30),
+            |r| r["status"] == "cancelled",
+        )
+        .await;
+        // Its failed attempt is kept; nothing ran after the pause.
+        assert_eq!(r["attempts"][0]["failure"], "trap", "{r}");
+        assert_eq!(host.log_lines_with("\"starting run\"").len(), 1);
+        wait_request_cleared(&redis).await;
+    })
+    .await;
+}
