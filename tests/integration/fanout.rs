@@ -968,17 +968,19 @@ async fn a_task_whose_workers_keep_dying_counts_as_a_failed_attempt() {
 #[tokio::test]
 async fn a_task_that_is_not_ready_runs_again_as_the_same_attempt() {
     deadline(Duration::from_secs(180), async {
-        let f = FanOut::start(
+        // With a retry policy, its back-off is the job's (300 ms here).
+        let f = FanOut::start_with(
             "fanout-not-ready",
             2,
             serde_json::json!({"tasks": 3, "not_ready_once": ["t-1"]}),
+            Some("[retry]\nattempts = 2\nbackoff = \"300ms\"\n"),
         )
         .await;
         let record = f.wait_final("done", Duration::from_secs(120)).await;
         assert_eq!(record["step"], 2, "{record}");
         f.assert_sum().await;
         assert_eq!(
-            f.count("task not ready; queued again as the same attempt, to run in 1s"),
+            f.count("task not ready; queued again as the same attempt, to run in 300ms"),
             1
         );
         // Not a failed attempt: nothing retried, and t-1 ran again as attempt 1.
@@ -1110,6 +1112,38 @@ async fn a_stopping_worker_gives_its_task_back_at_once() {
         .await;
         assert_eq!(record["step"], 2, "{record}");
         drop(leader);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_cancelled_fan_out_run_ends_its_tasks() {
+    deadline(Duration::from_secs(180), async {
+        let f = FanOut::start(
+            "fanout-cancel",
+            2,
+            serde_json::json!({"tasks": 4, "spin_ms": 20000, "write_every_ms": 100}),
+        )
+        .await;
+        f.host_logging("\"task started\"", &[], Duration::from_secs(60))
+            .await;
+        let url = f.redis.url();
+        let out = run_leasehold(&["cancel", JOB, "--period", PERIOD, "--redis-url", &url]);
+        assert!(out.status.success(), "{out:?}");
+        let record = f.wait_final("cancelled", Duration::from_secs(60)).await;
+        assert_eq!(record["awaiting_tasks"], Value::Null, "{record}");
+        // The running tasks are stopped (their run has ended) and their records are gone.
+        f.host_logging("run has ended", &[], Duration::from_secs(30))
+            .await;
+        let mut c = f.redis.conn().await;
+        let left: bool = c
+            .exists(format!("lh:{{{JOB}}}:task:{PERIOD}"))
+            .await
+            .unwrap();
+        assert!(!left, "the cancelled run's task records were kept");
+        f.recorder
+            .check()
+            .unwrap_or_else(|v| panic!("fencing violated:\n{v}"));
     })
     .await;
 }
