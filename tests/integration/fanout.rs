@@ -335,6 +335,18 @@ async fn a_killed_workers_task_is_taken_over_and_run_again() {
                 .is_some_and(|t| t.len() as u64 == f.tasks),
             "{body}"
         );
+        // And `status` (HTTP and CLI): the open run, with its tasks by state.
+        let (_, status) = http(&addr, "GET", "/v1/status", None).await;
+        let open = &status["jobs"][0]["open_runs"][0];
+        assert_eq!(open["period"], PERIOD, "{status}");
+        assert_eq!(open["tasks"]["total"].as_u64(), Some(f.tasks), "{status}");
+        let out = run_leasehold(&["status", "--http", &addr]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains(&format!("open run {PERIOD} waiting"))
+                && text.contains(&format!("; {} tasks: ", f.tasks)),
+            "{text}"
+        );
         f.hosts[worker].kill();
         f.wait_final("done", Duration::from_secs(120)).await;
         // A finished run has no tasks left to show.

@@ -110,6 +110,29 @@ pub(super) async fn status(args: StatusArgs) -> anyhow::Result<()> {
             last,
             next
         );
+        for r in j["open_runs"].as_array().into_iter().flatten() {
+            let t = &r["tasks"];
+            let tasks = if t.is_null() {
+                String::new()
+            } else {
+                format!(
+                    "; {} tasks: {} done, {} running, {} queued, {} failed",
+                    s(&t["total"]),
+                    s(&t["done"]),
+                    s(&t["running"]),
+                    s(&t["queued"]),
+                    s(&t["failed"])
+                )
+            };
+            println!(
+                "  open run {} {} (step {}, attempt {}, node {}){tasks}",
+                s(&r["period"]),
+                s(&r["status"]),
+                s(&r["step"]),
+                s(&r["attempt"]),
+                s(&r["node"])
+            );
+        }
     }
     for file in v["compiling"].as_array().cloned().unwrap_or_default() {
         println!("compiling: {} (served once loaded)", s(&file));

@@ -339,7 +339,8 @@ async fn set_paused(api: Api, name: String, paused: bool) -> Result<Response, Ap
 }
 
 /// What a job's status reads from Redis in one pipeline: lease owner, its PTTL, the fence's
-/// token, the pause flag, the last run's period, and the storage count (keys, bytes).
+/// token, the pause flag, the last run's period, the storage count (keys, bytes), and the open
+/// runs' periods.
 type StatusReads = (
     Option<String>,
     i64,
@@ -347,7 +348,11 @@ type StatusReads = (
     bool,
     Option<String>,
     (Option<u64>, Option<u64>),
+    Vec<String>,
 );
+
+/// Open runs a job's status shows (the oldest periods first), with their tasks.
+const OPEN_RUNS_SHOWN: usize = 5;
 
 /// Runs a read (or an idempotent action) for a request; once more, after a moment, when it
 /// failed on a dropped connection: the connection manager reconnects on that error, so the
@@ -405,7 +410,7 @@ async fn read_job_status(
 ) -> anyhow::Result<serde_json::Value> {
     let keys = JobKeys::new(name);
     let mut conn = api.conn.clone();
-    let (owner, pttl, token, paused, last, (stored_keys, stored_bytes)): StatusReads =
+    let (owner, pttl, token, paused, last, (stored_keys, stored_bytes), mut open): StatusReads =
         redis::pipe()
             .get(keys.lease())
             .pttl(keys.lease())
@@ -416,8 +421,30 @@ async fn read_job_status(
             .arg(keys.usage())
             .arg("keys")
             .arg("bytes")
+            .smembers(keys.open_runs())
             .query_async(&mut conn)
             .await?;
+    // The open runs (pending, running, waiting) and, while they have them, their tasks.
+    open.sort();
+    let mut open_runs = Vec::new();
+    for period in open.iter().take(OPEN_RUNS_SHOWN) {
+        let Some(r) = runs::read(&mut conn, &keys, period).await? else {
+            continue;
+        };
+        if r.status.is_final() {
+            continue;
+        }
+        let tasks = crate::exec::tasks::tasks_of(&mut conn, &keys, period).await?;
+        let count = |state: &str| tasks.iter().filter(|t| t.state == state).count();
+        open_runs.push(json!({
+            "period": r.period, "status": r.status.as_str(), "step": r.step,
+            "attempt": r.attempt, "node": r.node,
+            "tasks": (!tasks.is_empty()).then(|| json!({
+                "total": tasks.len(), "queued": count("queued"), "running": count("running"),
+                "done": count("done"), "failed": count("failed"),
+            })),
+        }));
+    }
     let last_run = match last {
         Some(period) => runs::read(&mut conn, &keys, &period).await?.map(|r| {
             json!({
@@ -443,6 +470,7 @@ async fn read_job_status(
         "lease_ms_left": (pttl >= 0).then_some(pttl),
         "paused": paused,
         "last_run": last_run,
+        "open_runs": open_runs,
         "next_run": next.map(|p| json!({ "period": p.id, "at": p.fire.to_rfc3339() })),
         "component": view.job.hash,
         "storage": {
