@@ -12,7 +12,10 @@ pub use recon_core::Totals;
 /// Generates a day of `rows` transactions from `seed`, dated `period` (`YYYY-MM-DD`), and
 /// writes it as `<data_dir>/<job>/<period>/bank.csv` and `ledger.csv` (creating the
 /// directories), where a host started with `--data-dir <data_dir>` gives it to `job`'s run of
-/// `period`. Returns what was generated, with the expected totals.
+/// `period`, and `<data_dir>/<job>/step-budget` as `0`: the reconciliation then reconciles one
+/// chunk per step, so that every run has steps to stop and resume between (what the demo and
+/// the failover tests show); delete it for the job's own budget. Returns what was generated,
+/// with the expected totals.
 pub fn write_generated_day(
     data_dir: &Path,
     job: &str,
@@ -31,6 +34,7 @@ pub fn write_generated_day(
     std::fs::create_dir_all(&day)?;
     std::fs::write(day.join("bank.csv"), &generated.bank_csv)?;
     std::fs::write(day.join("ledger.csv"), &generated.ledger_csv)?;
+    std::fs::write(data_dir.join(job).join("step-budget"), "0")?;
     Ok(generated)
 }
 

@@ -690,34 +690,27 @@ async fn recon(guests: &Path, o: &Options, rows: &mut Vec<Row>) {
     let day = dir.join(&format!("reconciliation/{period}"));
     let redis = RedisServer::start().await;
 
-    // Native: the guest's steps, with the same recon-core code and the same writes (plain SET).
+    // The job's own step budget (the fixture asks for one chunk per step).
+    std::fs::remove_file(dir.join("reconciliation/step-budget")).unwrap();
+    // Native: one pass over the day with the same recon-core code and the same writes (a part
+    // per chunk, then what the bank never showed; plain SET).
     let mut c = redis.conn().await;
     let start = Instant::now();
-    let mut state: Option<Vec<u8>> = None;
-    let mut step = 0u32;
-    let native_steps = loop {
+    {
         let bank_csv = std::fs::read_to_string(day.join("bank.csv")).unwrap();
         let ledger_csv = std::fs::read_to_string(day.join("ledger.csv")).unwrap();
         let bank = parse_entries(&bank_csv, "bank.csv").unwrap();
         let ledger = parse_entries(&ledger_csv, "ledger.csv").unwrap();
-        let fingerprint = input_fingerprint(&bank_csv, &ledger_csv, DEFAULT_TOLERANCE_DAYS);
-        let mut progress = match &state {
-            None => {
-                let mut p = Progress::new(ledger.len());
-                p.fingerprint = fingerprint;
-                p
-            }
-            Some(b) => Progress::from_bytes(b).unwrap(),
-        };
-        if !progress.bank_done(bank.len()) {
-            let lines = (bank.len() / 16).clamp(4, 20_000);
-            let mut matcher = Matcher::new(&ledger, DEFAULT_TOLERANCE_DAYS);
+        let mut progress = Progress::new(ledger.len());
+        progress.fingerprint = input_fingerprint(&bank_csv, &ledger_csv, DEFAULT_TOLERANCE_DAYS);
+        let lines = (bank.len() / 16).clamp(4, 20_000);
+        let mut matcher = Matcher::new(&ledger, DEFAULT_TOLERANCE_DAYS);
+        let mut part = 0;
+        while !progress.bank_done(bank.len()) {
             let chunk = reconcile_chunk(&bank, &ledger, &mut matcher, &mut progress, lines);
             let json = serde_json::to_vec(&chunk).unwrap();
-            let _: () = c.set(format!("native:part-{step}"), json).await.unwrap();
-            state = Some(progress.to_bytes());
-            step += 1;
-            continue;
+            let _: () = c.set(format!("native:part-{part}"), json).await.unwrap();
+            part += 1;
         }
         let totals = progress.final_totals(&ledger);
         let missing = missing_in_bank(&ledger, &progress);
@@ -726,8 +719,7 @@ async fn recon(guests: &Path, o: &Options, rows: &mut Vec<Row>) {
             .await
             .unwrap();
         assert_eq!(totals, generated.expected);
-        break step + 1;
-    };
+    }
     let native = start.elapsed().as_secs_f64();
 
     let runtime = Runtime::new(HostLimits::default()).unwrap();
@@ -762,23 +754,22 @@ async fn recon(guests: &Path, o: &Options, rows: &mut Vec<Row>) {
     let wasm = start.elapsed().as_secs_f64();
     match wasm_result {
         Ok(steps) => {
-            assert_eq!(steps, native_steps);
             rows.push(row(
                 &format!(
-                    "reconciliation of {} statement lines ({steps} steps)",
+                    "reconciliation of {} statement lines end to end on one worker ({steps} steps)",
                     o.rows
                 ),
                 format!("wasm {wasm:.1} s ({:.2}× native)", wasm / native),
-                &format!("native (same recon-core code, same writes) {native:.1} s"),
-                "≤ 1.5 × native",
-                Some(wasm <= 1.5 * native),
+                &format!("one native pass (same recon-core code, same writes) {native:.1} s"),
+                "≤ 1.5 × one native pass and ≤ 10 s",
+                Some(wasm <= 1.5 * native && wasm <= 10.0),
             ));
         }
         Err(e) => rows.push(row(
             &format!("reconciliation of {} statement lines", o.rows),
             format!("wasm failed at step {step}: {e}"),
-            &format!("native {native:.1} s"),
-            "≤ 1.5 × native",
+            &format!("one native pass {native:.1} s"),
+            "≤ 1.5 × one native pass and ≤ 10 s",
             Some(false),
         )),
     }

@@ -2,10 +2,15 @@
 //!
 //! Each period (a day, `YYYY-MM-DD`) reconciles `/data/<period>/bank.csv` (the bank's
 //! statement) against `/data/<period>/ledger.csv` (our ledger) with the rules of
-//! [`recon_core`]. The run is split into steps of a bounded number of statement lines; the
-//! state between steps is [`recon_core::Progress`] (which lines are done, which ledger entries
-//! are used, running totals), which the host saves as a fenced checkpoint. So a run interrupted
-//! by a failover resumes on another replica where it stopped.
+//! [`recon_core`]. The day's statement lines are reconciled in chunks of a bounded number of
+//! lines, each written as one part of the report. A step parses the day once and reconciles
+//! chunk after chunk until the day is done (then it also writes the report) or it has run for
+//! its budget ([`STEP_BUDGET`], or the milliseconds in `/data/step-budget`; `0` is one chunk per
+//! step, then a step of its own for the report). The state between steps is
+//! [`recon_core::Progress`] (which lines are done, which ledger entries are used, running
+//! totals), which the host saves as a fenced checkpoint. So a run interrupted by a failover
+//! resumes on another replica where its last step ended, and the report is the same byte for
+//! byte whatever the budget: its parts are the chunks, numbered in bank order.
 //!
 //! Written through fenced writes (all idempotent: a re-executed step writes the same values):
 //! - `report/<period>/part-<step>`: JSON of the matches and exceptions of that step's lines;
@@ -44,6 +49,9 @@ use serde::{Deserialize, Serialize};
 
 /// Exceptions listed per category in the text report.
 const LISTED: usize = 50;
+/// How long a step goes on reconciling chunks (parsing included) without `/data/step-budget`:
+/// a day of a million lines is one step on a 2-core machine (BENCHMARKS.md).
+const STEP_BUDGET: Duration = Duration::from_secs(20);
 /// Steps a run aims for; each step handles `bank lines / STEPS` lines (at least `MIN_CHUNK`).
 const STEPS: usize = 16;
 const MIN_CHUNK: usize = 4;
@@ -60,6 +68,24 @@ struct Fanned {
     parts: u32,
     /// The inputs the run started with.
     fingerprint: u64,
+}
+
+/// How long a step may go on reconciling chunks: `/data/step-budget` (milliseconds), else
+/// [`STEP_BUDGET`].
+fn step_budget() -> Result<Duration, JobError> {
+    match std::fs::read_to_string("/data/step-budget") {
+        Ok(text) => text
+            .trim()
+            .parse::<u64>()
+            .map(Duration::from_millis)
+            .map_err(|_| {
+                JobError::Failed(format!(
+                    "/data/step-budget must hold milliseconds, not {:?}",
+                    text.trim()
+                ))
+            }),
+        Err(_) => Ok(STEP_BUDGET),
+    }
 }
 
 /// The number of parts `/data/fan-out` asks for, if it asks.
@@ -304,6 +330,8 @@ impl Guest for Reconciliation {
         if let Some(f) = fanned {
             return fanned_step(term, period, step, f);
         }
+        let started = std::time::Instant::now();
+        let budget = step_budget()?;
         let Day {
             bank,
             ledger,
@@ -332,16 +360,17 @@ impl Guest for Reconciliation {
         };
         term.ensure_leader()?;
 
-        if !progress.bank_done(bank.len()) {
-            let mut matcher = Matcher::new(&ledger, DEFAULT_TOLERANCE_DAYS);
-            let chunk = reconcile_chunk(
-                &bank,
-                &ledger,
-                &mut matcher,
-                &mut progress,
-                chunk_lines(bank.len()),
-            );
-            put_json(&format!("report/{period}/part-{step}"), &chunk)?;
+        // Chunk after chunk, each a part of the report numbered by its place in the bank
+        // file, until the day is done or the budget is spent (with a budget of 0, one chunk
+        // and the report in a step of its own, as before budgets).
+        let per_chunk = chunk_lines(bank.len());
+        let mut matcher = None;
+        while !progress.bank_done(bank.len()) {
+            let matcher =
+                matcher.get_or_insert_with(|| Matcher::new(&ledger, DEFAULT_TOLERANCE_DAYS));
+            let chunk = reconcile_chunk(&bank, &ledger, matcher, &mut progress, per_chunk);
+            let part = chunk.start / per_chunk;
+            put_json(&format!("report/{period}/part-{part}"), &chunk)?;
             log(
                 Level::Info,
                 &format!(
@@ -351,11 +380,16 @@ impl Guest for Reconciliation {
                     bank.len()
                 ),
             );
-            return Ok(StepOutcome::Continue(progress.to_bytes()));
+            term.ensure_leader()?;
+            if budget.is_zero() || (!progress.bank_done(bank.len()) && started.elapsed() >= budget)
+            {
+                return Ok(StepOutcome::Continue(progress.to_bytes()));
+            }
         }
-
+        let parts = bank.len().div_ceil(per_chunk) as u32;
+        drop(bank);
         let mut stored = |n: u32| get_chunk(&format!("report/{period}/part-{n}"));
-        finish(term, period, step, &ledger, lines, &progress, &mut stored)
+        finish(term, period, parts, &ledger, lines, &progress, &mut stored)
     }
 
     fn run_task(term: &Term, run: RunInfo, task: Task) -> Result<Vec<u8>, JobError> {
@@ -456,11 +490,11 @@ fn fanned_step(
     finish(term, period, n, &ledger, lines, &progress, &mut in_memory)
 }
 
-/// The last step: what the bank never showed, the totals, and the report, after `parts` parts.
+/// The last step: what the bank never showed, the totals, and the report, after `count` parts.
 fn finish(
     term: &Term,
     period: &str,
-    step: u32,
+    count: u32,
     ledger: &[Entry],
     lines: (u64, u64),
     progress: &Progress,
@@ -470,7 +504,7 @@ fn finish(
     let totals = progress.final_totals(ledger);
     let missing = missing_in_bank(ledger, progress);
     put_json(&format!("report/{period}/missing-in-bank"), &missing)?;
-    let mut text = text_report(period, &totals, lines, step, parts)?;
+    let mut text = text_report(period, &totals, lines, count, parts)?;
     text.push_str(&missing_in_bank_text(
         ledger,
         progress,
@@ -483,7 +517,7 @@ fn finish(
         &Summary {
             period,
             tolerance_days: DEFAULT_TOLERANCE_DAYS,
-            parts: step,
+            parts: count,
             totals: &totals,
         },
     )?;
