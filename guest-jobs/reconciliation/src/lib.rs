@@ -365,10 +365,13 @@ impl Guest for Reconciliation {
         // and the report in a step of its own, as before budgets).
         let per_chunk = chunk_lines(bank.len());
         let mut matcher = None;
+        // This step's parts as the text report reads them (their exceptions; the matches are
+        // only in the stored parts): earlier steps' parts are read back from the store.
+        let mut in_step = std::collections::BTreeMap::new();
         while !progress.bank_done(bank.len()) {
             let matcher =
                 matcher.get_or_insert_with(|| Matcher::new(&ledger, DEFAULT_TOLERANCE_DAYS));
-            let chunk = reconcile_chunk(&bank, &ledger, matcher, &mut progress, per_chunk);
+            let mut chunk = reconcile_chunk(&bank, &ledger, matcher, &mut progress, per_chunk);
             let part = chunk.start / per_chunk;
             put_json(&format!("report/{period}/part-{part}"), &chunk)?;
             log(
@@ -380,6 +383,8 @@ impl Guest for Reconciliation {
                     bank.len()
                 ),
             );
+            chunk.matched = Vec::new();
+            in_step.insert(part as u32, chunk);
             term.ensure_leader()?;
             if budget.is_zero() || (!progress.bank_done(bank.len()) && started.elapsed() >= budget)
             {
@@ -388,8 +393,11 @@ impl Guest for Reconciliation {
         }
         let parts = bank.len().div_ceil(per_chunk) as u32;
         drop(bank);
-        let mut stored = |n: u32| get_chunk(&format!("report/{period}/part-{n}"));
-        finish(term, period, parts, &ledger, lines, &progress, &mut stored)
+        let mut read = |n: u32| match in_step.remove(&n) {
+            Some(chunk) => Ok(chunk),
+            None => get_chunk(&format!("report/{period}/part-{n}")),
+        };
+        finish(term, period, parts, &ledger, lines, &progress, &mut read)
     }
 
     fn run_task(term: &Term, run: RunInfo, task: Task) -> Result<Vec<u8>, JobError> {
