@@ -180,6 +180,8 @@ async fn reconcile(
         &dir.join("jobs/reconciliation.wasm"),
     );
     fixtures::write_generated_day(&dir.join("data"), "reconciliation", period, rows, 7).unwrap();
+    // The job's own step budget (the fixture asks for one chunk per step).
+    std::fs::remove_file(dir.join("data/reconciliation/step-budget")).unwrap();
     if let Some(n) = fan_out {
         std::fs::write(dir.join("data/reconciliation/fan-out"), n.to_string()).unwrap();
     }
@@ -241,18 +243,18 @@ pub(crate) async fn reconciliation(guests: &Path, o: &Options, rows: &mut Vec<Ro
             o.rows
         ),
         format!(
-            "{:.1} s ({}): {:.1}× the sequential run ({:.1} s, 16 steps that each parse the whole day); {:.2}× the same 2 parts on one worker ({:.1} s: {}); totals {}",
+            "{:.1} s ({}): {:.2}× the same 2 parts on one worker ({:.1} s: {}); {:.2}× the sequential run ({:.1} s, one pass); totals {}",
             two.total,
             phases(&two),
-            seq.total / two.total,
-            seq.total,
             one.total / two.total,
             one.total,
             phases(&one),
+            seq.total / two.total,
+            seq.total,
             if same { "identical" } else { "DIFFER" }
         ),
         "seed design: leader + workers",
-        "≥ 1.6 × one worker (the sequential run), identical totals",
-        Some(seq.total / two.total >= 1.6 && same),
+        "≥ 1.6 × the same parts on one worker, identical totals",
+        Some(one.total / two.total >= 1.6 && same),
     ));
 }
