@@ -685,6 +685,32 @@ async fn tls_to_postgresql_is_verified_and_an_untrusted_server_is_refused() {
     .await;
 }
 
+#[tokio::test]
+async fn sslmode_prefer_on_a_server_without_tls_connects_in_plain_text() {
+    deadline(Duration::from_secs(120), async {
+        let pg = initialised(&["sqlprobe"]).await;
+        let redis = RedisServer::start().await;
+        let dirs = (
+            TempDir::new("sql-prefer-jobs"),
+            TempDir::new("sql-prefer-data"),
+        );
+        deploy_probe(
+            "query ledger SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()\n",
+            SIDECAR,
+            &dirs,
+        );
+        let database = format!("ledger={}?sslmode=prefer", pg.url(ROLE));
+        let host = probe_host_on("n1", &redis.url(), &dirs, ("2s", "500ms"), &database, &[]);
+        host.wait_for_log("became leader", Duration::from_secs(60))
+            .await;
+        trigger(&redis, "sqlprobe", PERIOD);
+        let record = wait_done(&redis, Duration::from_secs(120)).await;
+        assert_eq!(record["status"], "done", "{record}");
+        assert_eq!(outcomes(&redis).await[&1], "ok [[false]]");
+    })
+    .await;
+}
+
 /// The reconciliation sample granted an `accounting` database writes the day's report into its
 /// `reconciliation_reports` table (`guest-jobs/reconciliation/reports.sql`): one row, under the
 /// term's token (the database's own fence row holds the same), with the totals and the text
