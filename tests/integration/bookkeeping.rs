@@ -44,14 +44,27 @@ async fn seed_cursor(redis: &RedisServer) {
 }
 
 fn start(dir: &TempDir, redis: &RedisServer, node: &str, timing: (&str, &str)) -> HostProcess {
+    start_with(dir, redis, node, timing, &[])
+}
+
+/// [`start`] with the flags `extra` as well.
+fn start_with(
+    dir: &TempDir,
+    redis: &RedisServer,
+    node: &str,
+    timing: (&str, &str),
+    extra: &[&str],
+) -> HostProcess {
     let data = dir.join("data");
+    let mut args = vec!["--data-dir", data.to_str().unwrap()];
+    args.extend_from_slice(extra);
     HostProcess::start_node(
         LEASEHOLD,
         &redis.url(),
         &dir.join("jobs"),
         node,
         timing,
-        &["--data-dir", data.to_str().unwrap()],
+        &args,
     )
 }
 
@@ -511,19 +524,12 @@ async fn an_operator_cancels_a_running_step_and_the_run_is_recorded_cancelled() 
         seed_cursor(&redis).await;
         let recorder = Recorder::start(&redis).await;
         let dir = probe_dirs("spin");
-        let data = dir.join("data");
-        let host = HostProcess::start_node(
-            LEASEHOLD,
-            &redis.url(),
-            &dir.join("jobs"),
+        let host = start_with(
+            &dir,
+            &redis,
             "n1",
             ("2s", "500ms"),
-            &[
-                "--data-dir",
-                data.to_str().unwrap(),
-                "--http",
-                "127.0.0.1:0",
-            ],
+            &["--http", "127.0.0.1:0"],
         );
         host.wait_for_log("became leader", Duration::from_secs(60))
             .await;

@@ -50,7 +50,9 @@ mod read;
 mod scripts;
 mod worker;
 use crate::store::keys::JobKeys;
-pub use read::{TaskView, first_failure, output, progress, tasks_of, tasks_summary};
+pub use read::{
+    TaskCounts, TaskView, first_failure, output, progress, task_counts, tasks_of, tasks_summary,
+};
 use scripts::{ADOPT, SUBMIT};
 pub use worker::{Held, complete, fetch, give_back, payload, refresh};
 

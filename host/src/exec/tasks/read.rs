@@ -144,14 +144,46 @@ pub async fn tasks_of<C: ConnectionLike>(
     Ok(tasks)
 }
 
+/// How many of a run's tasks are in each state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TaskCounts {
+    /// Every task of the run.
+    pub total: usize,
+    /// Waiting for a worker.
+    pub queued: usize,
+    /// Held by a worker now.
+    pub running: usize,
+    /// Finished with an output.
+    pub done: usize,
+    /// Failed on every attempt.
+    pub failed: usize,
+}
+
+/// How many of `tasks` are in each state.
+pub fn task_counts(tasks: &[TaskView]) -> TaskCounts {
+    let count = |s: &str| tasks.iter().filter(|t| t.state == s).count();
+    TaskCounts {
+        total: tasks.len(),
+        queued: count("queued"),
+        running: count("running"),
+        done: count("done"),
+        failed: count("failed"),
+    }
+}
+
 /// How many of `tasks` are in each state, as one phrase: `10 tasks: 3 done, 2 running, 5
 /// queued`.
 pub fn tasks_summary(tasks: &[TaskView]) -> String {
-    let count = |s: &str| tasks.iter().filter(|t| t.state == s).count();
-    let parts: Vec<String> = ["done", "running", "queued", "failed"]
-        .iter()
-        .filter(|s| count(s) > 0)
-        .map(|s| format!("{} {s}", count(s)))
-        .collect();
-    format!("{} tasks: {}", tasks.len(), parts.join(", "))
+    let c = task_counts(tasks);
+    let parts: Vec<String> = [
+        (c.done, "done"),
+        (c.running, "running"),
+        (c.queued, "queued"),
+        (c.failed, "failed"),
+    ]
+    .iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, s)| format!("{n} {s}"))
+    .collect();
+    format!("{} tasks: {}", c.total, parts.join(", "))
 }

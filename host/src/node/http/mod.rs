@@ -435,14 +435,10 @@ async fn read_job_status(
             continue;
         }
         let tasks = crate::exec::tasks::tasks_of(&mut conn, &keys, period).await?;
-        let count = |state: &str| tasks.iter().filter(|t| t.state == state).count();
         open_runs.push(json!({
             "period": r.period, "status": r.status.as_str(), "step": r.step,
             "attempt": r.attempt, "node": r.node,
-            "tasks": (!tasks.is_empty()).then(|| json!({
-                "total": tasks.len(), "queued": count("queued"), "running": count("running"),
-                "done": count("done"), "failed": count("failed"),
-            })),
+            "tasks": (!tasks.is_empty()).then(|| crate::exec::tasks::task_counts(&tasks)),
         }));
     }
     let last_run = match last {
