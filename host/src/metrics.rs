@@ -94,6 +94,8 @@ pub(crate) struct Metrics {
     /// See the module table.
     pub task_duration: Histograms<StepLabel>,
     /// See the module table.
+    pub guest_memory_peak: Family<JobLabel, Gauge>,
+    /// See the module table.
     pub jobs: Gauge,
     /// See the module table.
     pub refused_files: Gauge,
@@ -128,6 +130,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         stored_keys: Family::default(),
         stored_bytes: Family::default(),
         quota_refusals: Family::default(),
+        guest_memory_peak: Family::default(),
         jobs: Gauge::default(),
         refused_files: Gauge::default(),
         registry: Registry::default(),
@@ -197,6 +200,11 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Guest writes refused by the job's storage quota on this node",
         m.quota_refusals.clone(),
     );
+    registry.register(
+        "guest_memory_peak_bytes",
+        "Largest linear memory a step or task of the job reached on this node",
+        m.guest_memory_peak.clone(),
+    );
     registry.register("jobs", "Jobs this node serves", m.jobs.clone());
     registry.register(
         "redis_round_trips",
@@ -226,8 +234,9 @@ pub(crate) fn get() -> &'static Metrics {
     &METRICS
 }
 
-/// The metrics in OpenMetrics text format.
-pub(crate) fn encode() -> String {
+/// The metrics in OpenMetrics text format, as `GET /metrics` serves them (the benchmarks read
+/// them in process too).
+pub fn encode() -> String {
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &METRICS.registry)
         .expect("writing to a String cannot fail");
@@ -318,6 +327,16 @@ impl Metrics {
         let g = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         self.stored_keys.get_or_create(&job(name)).set(g(keys));
         self.stored_bytes.get_or_create(&job(name)).set(g(bytes));
+    }
+
+    /// A step or task of `name` ended with `bytes` of linear memory (memories never shrink, so
+    /// that is its peak): the gauge keeps the largest.
+    pub(crate) fn guest_memory(&self, name: &str, bytes: usize) {
+        let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
+        self.guest_memory_peak
+            .get_or_create(&job(name))
+            .inner()
+            .fetch_max(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The job's storage quota refused one of its writes.

@@ -324,6 +324,12 @@ async fn status_health_metrics_and_logs_describe_a_running_host() {
             ) >= 1.0
         );
         assert!(metric(&m, "leasehold_guest_traps_total{job=\"probe\"}") >= 1.0);
+        // The ticker's steps' linear memory: whole wasm pages, within its 64 MiB default limit.
+        let peak = metric(&m, "leasehold_guest_memory_peak_bytes{job=\"ticker\"}");
+        assert!(
+            peak > 0.0 && peak <= (64u64 << 20) as f64 && peak % 65536.0 == 0.0,
+            "{peak}"
+        );
         assert!(
             m.get("leasehold_guest_timeouts_total{job=\"stepper\"}") >= Some(&1.0),
             "{:?}",

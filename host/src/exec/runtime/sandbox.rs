@@ -35,6 +35,12 @@ impl JobLimiter {
             memory_exceeded: false,
         }
     }
+
+    /// The linear memory of the store so far, every memory together: its peak, since a
+    /// memory never shrinks.
+    pub(crate) fn memory(&self) -> usize {
+        self.memory
+    }
 }
 
 impl ResourceLimiter for JobLimiter {

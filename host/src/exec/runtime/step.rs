@@ -99,6 +99,7 @@ impl Runtime {
             }
         };
         let data = store.data();
+        crate::metrics::get().guest_memory(&job.spec.name, data.limits.memory());
         // A trap's record carries the guest's last stderr lines: its own explanation.
         let explained = |m: String| {
             let tail = stderr.tail();
