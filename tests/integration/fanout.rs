@@ -873,7 +873,8 @@ async fn a_fanned_out_reconciliation_writes_exactly_the_sequential_report() {
         let fan = crate::harness::run_record(&redis, "recon-fan", "2026-11-27")
             .await
             .unwrap();
-        assert_eq!(fan["step"], 2, "the fanned-out run is two steps: {fan}");
+        // Submit and await; put the parts' fragments together; delete them.
+        assert_eq!(fan["step"], 3, "the fanned-out run is three steps: {fan}");
         // Every report key of the fanned-out run holds the sequential run's bytes.
         let mut c = redis.conn().await;
         let names = |job: &str| format!("lh:{{{job}}}:data:report/*");
@@ -906,6 +907,15 @@ async fn a_fanned_out_reconciliation_writes_exactly_the_sequential_report() {
             .unwrap_or_else(|v| panic!("fencing violated:\n{v}"));
         let left: bool = c.exists("lh:{recon-fan}:task:2026-11-27").await.unwrap();
         assert!(!left);
+        // The tasks wrote their parts' fragments (each task's log says how many), and the last
+        // step deleted every one.
+        let written: usize = hosts
+            .iter()
+            .flat_map(|h| h.log_lines_with("fragments written"))
+            .count();
+        assert_eq!(written, 3);
+        let fragments: Vec<String> = c.keys("lh:{recon-fan}:data:fan/*").await.unwrap();
+        assert!(fragments.is_empty(), "{fragments:?}");
     })
     .await;
 }

@@ -39,7 +39,9 @@
 //! # In parts
 //!
 //! The same results come from matching independent parts of the day separately (a job fanned
-//! out to several workers): see [`partition`], [`reconcile_part`] and [`assemble`].
+//! out to several workers): see [`partition`] and [`report_part`]; and the report is put
+//! together from what the parts made without parsing the day again: [`merge_chunk`],
+//! [`merge_missing`], [`sum_totals`].
 //!
 //! Totals ([`Totals`]): line counts of both files, counts of each category (matched, split
 //! by kind; amount mismatches; missing in ledger; missing in bank), the bank total, the
@@ -97,10 +99,13 @@ pub use date::{
 };
 pub use generate::{DEFAULT_GENERATED_DATE, Generated, generate, generate_on};
 pub use matcher::{
-    BankRef, Chunk, EntryRef, LedgerRef, MatchKind, Matched, Matcher, Mismatch, Outcome,
+    BankRef, Chunk, EntryRef, Item, LedgerRef, MatchKind, Matched, Matcher, Mismatch, Outcome,
     missing_in_bank, reconcile_chunk,
 };
 pub use parse::{Entry, HEADER, ParseError, Parsed, parse_entries, read_entries};
-pub use parts::{PartResult, Parts, PartsError, assemble, partition, reconcile_part};
+pub use parts::{
+    Listing, PartFragments, PartSummary, Parts, PartsError, merge_chunk, merge_missing, partition,
+    report_part, sum_totals,
+};
 pub use progress::{Progress, StateError, Totals};
 pub use report::{DEFAULT_TOLERANCE_DAYS, Report, input_fingerprint, reconcile};

@@ -402,15 +402,25 @@ impl Matcher<'_> {
     }
 }
 
-/// Records what `outcome` says of bank line `b` (the ledger entry it names is `ledger`'s):
-/// the totals it adds to, and its item in `chunk`.
-pub(crate) fn record(
+/// One bank line's item in the report, in the list its outcome puts it in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Item {
+    /// In `matched`.
+    Matched(Matched),
+    /// In `mismatches`.
+    Mismatch(Mismatch),
+    /// In `missing_in_ledger`.
+    MissingInLedger(BankRef),
+}
+
+/// What `outcome` says of bank line `b` (the ledger entry it names is `ledger`'s): the totals
+/// it adds to, and its item.
+pub(crate) fn tally(
     b: &Entry,
     ledger: &[Entry],
     outcome: Outcome,
     totals: &mut crate::progress::Totals,
-    chunk: &mut Chunk,
-) {
+) -> Item {
     totals.bank_lines += 1;
     totals.bank_total_cents = totals.bank_total_cents.saturating_add(b.amount_cents);
     match outcome {
@@ -425,30 +435,46 @@ pub(crate) fn record(
             };
             totals.matched += 1;
             totals.matched_total_cents = totals.matched_total_cents.saturating_add(b.amount_cents);
-            chunk.matched.push(Matched {
+            Item::Matched(Matched {
                 bank_id: b.id.clone(),
                 ledger_id: l.id.clone(),
                 kind,
                 amount_cents: b.amount_cents,
                 days_apart: l.date - b.date,
-            });
+            })
         }
         Outcome::Mismatch(i) => {
             let l = &ledger[i as usize];
             totals.amount_mismatches += 1;
-            chunk.mismatches.push(Mismatch {
+            Item::Mismatch(Mismatch {
                 bank_id: b.id.clone(),
                 ledger_id: l.id.clone(),
                 reference: b.reference.clone(),
                 bank_amount_cents: b.amount_cents,
                 ledger_amount_cents: l.amount_cents,
                 difference_cents: b.amount_cents.saturating_sub(l.amount_cents),
-            });
+            })
         }
         Outcome::Missing => {
             totals.missing_in_ledger += 1;
-            chunk.missing_in_ledger.push(BankRef::from(b));
+            Item::MissingInLedger(BankRef::from(b))
         }
+    }
+}
+
+/// Records what `outcome` says of bank line `b` ([`tally`]): the totals it adds to, and its
+/// item in `chunk`.
+pub(crate) fn record(
+    b: &Entry,
+    ledger: &[Entry],
+    outcome: Outcome,
+    totals: &mut crate::progress::Totals,
+    chunk: &mut Chunk,
+) {
+    match tally(b, ledger, outcome, totals) {
+        Item::Matched(m) => chunk.matched.push(m),
+        Item::Mismatch(m) => chunk.mismatches.push(m),
+        Item::MissingInLedger(m) => chunk.missing_in_ledger.push(m),
     }
 }
 

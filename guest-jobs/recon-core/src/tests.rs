@@ -587,8 +587,10 @@ fn million_rows_in_steps() {
     );
 }
 
-/// The day reconciled in `parts` parts (each through its bytes, as a task returns it) and
-/// assembled in chunks of `chunk` lines equals the sequential run in the same chunks.
+/// Every part of the day reconciled alone (`parts` parts, chunks of `chunk` lines) and put
+/// together from its fragments and summaries (through their bytes, as a task writes and returns
+/// them) gives exactly the sequential run's bytes: each chunk, the missing-in-bank list, the
+/// totals and the text report's listing.
 fn assert_parts_invariant(
     bank: &[Entry],
     ledger: &[Entry],
@@ -602,25 +604,54 @@ fn assert_parts_invariant(
         partition(bank, ledger, parts),
         "the partition is deterministic"
     );
-    let results: Vec<PartResult> = (0..parts)
-        .map(|i| {
-            let r = reconcile_part(bank.to_vec(), ledger.to_vec(), &p, i, tolerance);
-            PartResult::from_bytes(&r.to_bytes()).unwrap()
-        })
+    let made: Vec<PartFragments> = (0..parts)
+        .map(|i| report_part(bank.to_vec(), ledger.to_vec(), &p, i, chunk, tolerance))
         .collect();
-    let (chunks, progress) = assemble(bank, ledger, &results, chunk).unwrap();
+    let summaries: Vec<PartSummary> = made
+        .iter()
+        .map(|m| serde_json::from_slice(&serde_json::to_vec(&m.summary).unwrap()).unwrap())
+        .collect();
+    let totals = sum_totals(&summaries).unwrap();
+    let (mut listing, mut want_listing) = (Listing::new(3), Listing::new(3));
     let mut matcher = Matcher::new(ledger, tolerance);
     let mut sequential = Progress::new(ledger.len());
-    for (n, got) in chunks.iter().enumerate() {
+    let mut n = 0u32;
+    while !sequential.bank_done(bank.len()) {
         let want = reconcile_chunk(bank, ledger, &mut matcher, &mut sequential, chunk);
-        assert_eq!(got, &want, "chunk {n} of {parts} parts");
+        want_listing.take(&want);
+        let fragments: Vec<&[u8]> = made
+            .iter()
+            .flat_map(|m| m.chunks.iter().filter(|c| c.0 == n).map(|c| c.1.as_slice()))
+            .collect();
+        let got = merge_chunk(want.start, want.end, &fragments, &mut listing).unwrap();
+        assert!(
+            got == serde_json::to_vec(&want).unwrap(),
+            "chunk {n} of {parts} parts:\n{}\n{}",
+            String::from_utf8_lossy(&got),
+            serde_json::to_string(&want).unwrap()
+        );
+        n += 1;
     }
-    assert!(sequential.bank_done(bank.len()));
-    assert_eq!(progress, sequential, "{parts} parts");
     assert_eq!(
-        progress.final_totals(ledger),
-        sequential.final_totals(ledger)
+        summaries
+            .iter()
+            .flat_map(|s| s.chunks.iter())
+            .max()
+            .map_or(0, |c| c + 1),
+        n,
+        "no fragment beyond the last chunk"
     );
+    let missing: Vec<&[u8]> = made.iter().filter_map(|m| m.missing.as_deref()).collect();
+    let (got, count) = merge_missing(&missing, ledger.len() as u64, &mut listing).unwrap();
+    let want = missing_in_bank(ledger, &sequential);
+    want_listing.take_missing_in_bank(&want);
+    assert!(
+        got == serde_json::to_vec(&want).unwrap(),
+        "missing in bank, {parts} parts"
+    );
+    assert_eq!(count, want.len() as u64);
+    assert_eq!(totals, sequential.final_totals(ledger), "{parts} parts");
+    assert_eq!(listing, want_listing, "{parts} parts");
 }
 
 #[test]
@@ -657,15 +688,47 @@ fn parts_reconcile_exactly_as_one_pass() {
 }
 
 #[test]
-fn results_that_do_not_fit_the_day_are_refused() {
+fn parts_that_do_not_make_the_day_are_refused() {
     let (bank, ledger) = sample();
     let p = partition(&bank, &ledger, 2);
-    let one = reconcile_part(bank.clone(), ledger.clone(), &p, 0, 2);
+    let made: Vec<PartFragments> = (0..2)
+        .map(|i| report_part(bank.clone(), ledger.clone(), &p, i, 100, 2))
+        .collect();
+    let [one, two] = [&made[0], &made[1]];
+    let (a, b) = (one.chunks[0].1.as_slice(), two.chunks[0].1.as_slice());
+    let mut listing = Listing::new(10);
+    let end = bank.len();
+    assert!(merge_chunk(0, end, &[a, b], &mut listing).is_ok());
     // A part missing: its lines are in no part.
-    assert!(assemble(&bank, &ledger, &[one.clone()], 4).is_err());
+    let e = merge_chunk(0, end, &[a], &mut listing).unwrap_err();
+    assert!(e.0.contains("in no part"), "{e}");
     // A part twice: its lines are in two parts.
-    let two = reconcile_part(bank.clone(), ledger.clone(), &p, 1, 2);
-    assert!(assemble(&bank, &ledger, &[one.clone(), two.clone(), one], 4).is_err());
-    assert!(PartResult::from_bytes(&[0u8; 10]).is_err());
-    assert!(assemble(&bank, &ledger, &[two], 4).is_err());
+    let e = merge_chunk(0, end, &[a, b, a], &mut listing).unwrap_err();
+    assert!(e.0.contains("in two parts"), "{e}");
+    // Lines outside the chunk, a cut record, an unknown kind.
+    assert!(merge_chunk(0, 3, &[a, b], &mut listing).is_err());
+    assert!(merge_chunk(0, end, &[&a[..a.len() - 1], b], &mut listing).is_err());
+    let mut bad = a.to_vec();
+    bad[4] = 9;
+    assert!(merge_chunk(0, end, &[&bad, b], &mut listing).is_err());
+    // Summaries: one missing, one twice, one of another day, lines short.
+    let (s1, s2) = (one.summary.clone(), two.summary.clone());
+    assert!(sum_totals(&[s1.clone(), s2.clone()]).is_ok());
+    assert!(sum_totals(&[s1.clone()]).is_err());
+    assert!(sum_totals(&[s1.clone(), s1.clone()]).is_err());
+    let mut other = s2.clone();
+    other.bank_len += 1;
+    assert!(sum_totals(&[s1.clone(), other]).is_err());
+    let mut short = s2.clone();
+    short.totals.bank_lines -= 1;
+    assert!(sum_totals(&[s1.clone(), short]).is_err());
+    // Amounts whose sum could saturate: refused, not guessed.
+    let mut huge = s2;
+    huge.bank_abs_cents = u64::MAX;
+    let e = sum_totals(&[s1, huge]).unwrap_err();
+    assert!(e.0.contains("i64 range"), "{e}");
+    // Unused entries twice, or beyond the ledger.
+    let m = one.missing.as_deref().or(two.missing.as_deref()).unwrap();
+    assert!(merge_missing(&[m, m], ledger.len() as u64, &mut listing).is_err());
+    assert!(merge_missing(&[m], 1, &mut listing).is_err());
 }

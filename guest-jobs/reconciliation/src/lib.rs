@@ -28,10 +28,13 @@
 //! **Fanned out.** When `/data/fan-out` holds a number `N` (at least 1), the run hands the
 //! matching to every replica instead (it is a `fan-out-job`): step 0 submits `N` tasks and
 //! awaits them; task `i` parses the day, splits it into `N` independent parts
-//! ([`recon_core::partition`]: lines that can never compete for a ledger entry) and matches
-//! part `i`; step 1 puts the parts' results back in bank order ([`recon_core::assemble`]) and
-//! writes exactly what the sequential run writes (the same parts, report and summary, byte for
-//! byte) with the totals computed in the leader's step.
+//! ([`recon_core::partition`]: lines that can never compete for a ledger entry), matches part
+//! `i` and writes what the report needs of its lines ([`recon_core::report_part`]): for each
+//! report part it has lines in, their items as JSON (`fan/<period>/part-<i>/chunk-<k>`), and
+//! its unused ledger entries (`fan/<period>/part-<i>/missing`); it returns its share of the
+//! totals. Step 1 puts those together in bank order ([`recon_core::merge_chunk`] and the
+//! rest) without parsing the day, and writes exactly what the sequential run writes (the same
+//! parts, report and summary, byte for byte); step 2 deletes the `fan/` keys.
 
 use std::time::Duration;
 
@@ -41,9 +44,9 @@ use leasehold_guest::prelude::*;
 use leasehold_guest::sql::{self, SqlError, Value};
 use leasehold_guest::{store, tasks};
 use recon_core::{
-    Chunk, DEFAULT_TOLERANCE_DAYS, Entry, Matcher, PartResult, Progress, Totals, assemble,
-    format_cents, input_fingerprint, missing_in_bank, partition, read_entries, reconcile_chunk,
-    reconcile_part,
+    Chunk, DEFAULT_TOLERANCE_DAYS, Entry, EntryRef, Listing, Matcher, PartSummary, Progress,
+    Totals, format_cents, input_fingerprint, merge_chunk, merge_missing, missing_in_bank,
+    partition, read_entries, reconcile_chunk, report_part, sum_totals,
 };
 use serde::{Deserialize, Serialize};
 
@@ -68,7 +71,30 @@ struct Fanned {
     parts: u32,
     /// The inputs the run started with.
     fingerprint: u64,
+    /// The report is written: the next step deletes the tasks' fragments.
+    #[serde(default)]
+    assembled: bool,
 }
+
+/// What a task returns: what it wrote, and its share of the totals.
+#[derive(Serialize, Deserialize)]
+struct PartMade {
+    fingerprint: u64,
+    /// Physical lines read of each file (every task reads the whole day).
+    lines: (u64, u64),
+    summary: PartSummary,
+}
+
+fn fragment_key(period: &str, part: u32, chunk: u32) -> String {
+    format!("fan/{period}/part-{part}/chunk-{chunk}")
+}
+
+fn missing_key(period: &str, part: u32) -> String {
+    format!("fan/{period}/part-{part}/missing")
+}
+
+/// Bytes per `write-many` call: under the host's 64 MiB a batch.
+const BATCH_BYTES: usize = 32 << 20;
 
 /// How long a step may go on reconciling chunks: `/data/step-budget` (milliseconds), else
 /// [`STEP_BUDGET`].
@@ -207,15 +233,13 @@ fn get_chunk(key: &str) -> Result<Chunk, JobError> {
     }
 }
 
-/// The text report from `parts` parts, each given by `part` (read back from the store by a
-/// sequential run; in memory for a fanned-out one).
+/// The text report: the totals, the lines read, and the first exceptions of each kind.
 fn text_report(
     period: &str,
     totals: &Totals,
     (bank_lines, ledger_lines): (u64, u64),
-    parts: u32,
-    part: &mut dyn FnMut(u32) -> Result<Chunk, JobError>,
-) -> Result<String, JobError> {
+    listing: &Listing,
+) -> String {
     let mut out = totals.render_text(period);
     // Every line of each file, header and blank lines included, so a reader can check them
     // against the files (`wc -l`, plus one if the last line has no line end).
@@ -224,35 +248,32 @@ fn text_report(
         "{:<32}{ledger_lines:>20}\n",
         "ledger.csv lines read"
     ));
-    let mut mismatches = Vec::new();
-    let mut missing_ledger = Vec::new();
-    for n in 0..parts {
-        let chunk = part(n)?;
-        for m in chunk.mismatches {
-            if mismatches.len() < LISTED {
-                mismatches.push(format!(
-                    "  bank {} / ledger {}: bank {} ledger {} (difference {})",
-                    m.bank_id,
-                    m.ledger_id,
-                    format_cents(m.bank_amount_cents),
-                    format_cents(m.ledger_amount_cents),
-                    format_cents(m.difference_cents)
-                ));
-            }
-        }
-        for b in chunk.missing_in_ledger {
-            if missing_ledger.len() < LISTED {
-                missing_ledger.push(format!(
-                    "  {} {} {} {} {}",
-                    b.id,
-                    b.date,
-                    format_cents(b.amount_cents),
-                    b.reference,
-                    b.description
-                ));
-            }
-        }
-    }
+    let mismatches: Vec<String> = listing
+        .mismatches
+        .iter()
+        .map(|m| {
+            format!(
+                "  bank {} / ledger {}: bank {} ledger {} (difference {})",
+                m.bank_id,
+                m.ledger_id,
+                format_cents(m.bank_amount_cents),
+                format_cents(m.ledger_amount_cents),
+                format_cents(m.difference_cents)
+            )
+        })
+        .collect();
+    let entry = |e: &EntryRef| {
+        format!(
+            "  {} {} {} {} {}",
+            e.id,
+            e.date,
+            format_cents(e.amount_cents),
+            e.reference,
+            e.description
+        )
+    };
+    let missing_ledger: Vec<String> = listing.missing_in_ledger.iter().map(entry).collect();
+    let missing_bank: Vec<String> = listing.missing_in_bank.iter().map(entry).collect();
     let section = |out: &mut String, title: &str, lines: &[String], total: u64| {
         out.push_str(&format!("\n{title} ({total}):\n"));
         for l in lines {
@@ -278,24 +299,12 @@ fn text_report(
         &missing_ledger,
         totals.missing_in_ledger,
     );
-    Ok(out)
-}
-
-fn missing_in_bank_text(ledger: &[Entry], progress: &Progress, total: u64) -> String {
-    let mut out = format!("\nMissing in bank ({total}):\n");
-    for l in missing_in_bank(ledger, progress).iter().take(LISTED) {
-        out.push_str(&format!(
-            "  {} {} {} {} {}\n",
-            l.id,
-            l.date,
-            format_cents(l.amount_cents),
-            l.reference,
-            l.description
-        ));
-    }
-    if total as usize > LISTED {
-        out.push_str(&format!("  ... and {} more\n", total as usize - LISTED));
-    }
+    section(
+        &mut out,
+        "Missing in bank",
+        &missing_bank,
+        totals.missing_in_bank,
+    );
     out
 }
 
@@ -324,6 +333,7 @@ impl Guest for Reconciliation {
                 part: None,
                 parts,
                 fingerprint: 0,
+                assembled: false,
             }),
             Some(bytes) => serde_json::from_slice::<Fanned>(bytes).ok(),
         };
@@ -393,11 +403,27 @@ impl Guest for Reconciliation {
         }
         let parts = bank.len().div_ceil(per_chunk) as u32;
         drop(bank);
-        let mut read = |n: u32| match in_step.remove(&n) {
-            Some(chunk) => Ok(chunk),
-            None => get_chunk(&format!("report/{period}/part-{n}")),
-        };
-        finish(term, period, parts, &ledger, lines, &progress, &mut read)
+        // The text report's first exceptions, from the parts in bank order (read back only as
+        // far as it needs).
+        let mut listing = Listing::new(LISTED);
+        for n in 0..parts {
+            let full =
+                listing.mismatches.len() == LISTED && listing.missing_in_ledger.len() == LISTED;
+            if full {
+                break;
+            }
+            let chunk = match in_step.remove(&n) {
+                Some(chunk) => chunk,
+                None => get_chunk(&format!("report/{period}/part-{n}"))?,
+            };
+            listing.take(&chunk);
+        }
+        let totals = progress.final_totals(&ledger);
+        let missing = missing_in_bank(&ledger, &progress);
+        listing.take_missing_in_bank(&missing);
+        let missing = serde_json::to_vec(&missing).map_err(|e| JobError::Failed(e.to_string()))?;
+        finish(term, period, parts, &totals, lines, &listing, &missing)?;
+        Ok(StepOutcome::Done)
     }
 
     fn run_task(term: &Term, run: RunInfo, task: Task) -> Result<Vec<u8>, JobError> {
@@ -406,36 +432,116 @@ impl Guest for Reconciliation {
         let part = f
             .part
             .ok_or_else(|| JobError::Failed(format!("task {} names no part", task.id)))?;
+        let period = run.period.as_str();
         let Day {
             bank,
             ledger,
+            lines,
             fingerprint,
-            ..
-        } = inputs(&run.period)?;
+        } = inputs(period)?;
         if fingerprint != f.fingerprint {
             return Err(JobError::Failed(format!(
-                "the input files for {} changed after the run started; a run never mixes inputs",
-                run.period
+                "the input files for {period} changed after the run started; a run never mixes inputs"
             )));
         }
         term.ensure_leader()?;
+        let bank_len = bank.len();
         let parts = partition(&bank, &ledger, f.parts);
-        let result = reconcile_part(bank, ledger, &parts, part, DEFAULT_TOLERANCE_DAYS);
+        let made = report_part(
+            bank,
+            ledger,
+            &parts,
+            part,
+            chunk_lines(bank_len),
+            DEFAULT_TOLERANCE_DAYS,
+        );
+        term.ensure_leader()?;
+        // The fragments, in batches of whole values (each at most a report part's size, so
+        // within the write limit whenever the sequential run's parts are).
+        let mut batch: Vec<store::Entry> = Vec::new();
+        let mut bytes = 0;
+        let values = made
+            .chunks
+            .into_iter()
+            .map(|(k, v)| (fragment_key(period, part, k), v))
+            .chain(made.missing.map(|v| (missing_key(period, part), v)));
+        for (key, value) in values {
+            if bytes + value.len() > BATCH_BYTES && !batch.is_empty() {
+                put_many(&std::mem::take(&mut batch))?;
+                bytes = 0;
+            }
+            bytes += value.len();
+            batch.push(store::Entry { key, value });
+        }
+        if !batch.is_empty() {
+            put_many(&batch)?;
+        }
+        let t = &made.summary.totals;
         log(
             Level::Info,
             &format!(
-                "{}: part {part} of {}: {} statement lines matched",
-                run.period,
+                "{period}: part {part} of {}: {} statement lines, {} matched, {} fragments written",
                 f.parts,
-                result.lines.len()
+                t.bank_lines,
+                t.matched,
+                made.summary.chunks.len() + usize::from(made.summary.missing)
             ),
         );
-        Ok(result.to_bytes())
+        serde_json::to_vec(&PartMade {
+            fingerprint,
+            lines,
+            summary: made.summary,
+        })
+        .map_err(|e| JobError::Failed(e.to_string()))
     }
 }
 
-/// A fanned-out run's steps: 0 submits one task per part and awaits them; 1 assembles their
-/// results and finishes exactly as the sequential run's last steps do.
+/// A fenced `write-many`; errors end the step as for [`put`].
+fn put_many(entries: &[store::Entry]) -> Result<(), JobError> {
+    store::write_many(entries).map_err(|e| match e.error {
+        store::WriteError::TooLarge(max) => JobError::Failed(format!(
+            "{} is larger than the write limit of {max} bytes",
+            e.index
+                .and_then(|i| entries.get(i as usize))
+                .map_or("the batch", |e| e.key.as_str())
+        )),
+        other => JobError::from(other),
+    })
+}
+
+/// What every task of a fanned-out run returned.
+fn parts_made(f: &Fanned) -> Result<Vec<PartMade>, JobError> {
+    (0..f.parts)
+        .map(|i| {
+            let bytes = tasks::output(&format!("part-{i}"))?
+                .ok_or_else(|| JobError::Failed(format!("part {i} has no result")))?;
+            let made: PartMade = serde_json::from_slice(&bytes)
+                .map_err(|e| JobError::Failed(format!("part {i}'s result is unreadable: {e}")))?;
+            if made.fingerprint != f.fingerprint || made.summary.part != i {
+                return Err(JobError::Failed(format!(
+                    "part {i}'s result was made from other inputs or for another part"
+                )));
+            }
+            Ok(made)
+        })
+        .collect()
+}
+
+/// A fragment a task wrote.
+fn get_fragment(key: &str) -> Result<Vec<u8>, JobError> {
+    match store::read(key) {
+        Ok(Some(bytes)) => Ok(bytes),
+        Ok(None) => Err(JobError::Failed(format!("{key} is missing"))),
+        Err(store::ReadError::Unavailable(why)) => {
+            Err(JobError::NotReady(format!("store unavailable: {why}")))
+        }
+        Err(store::ReadError::InvalidKey(why)) => Err(JobError::Failed(why)),
+    }
+}
+
+/// A fanned-out run's steps: 0 submits one task per part and awaits them; 1 puts what they
+/// wrote together and finishes exactly as the sequential run's last steps do; 2 deletes what
+/// they wrote.
 fn fanned_step(
     term: &Term,
     period: &str,
@@ -455,6 +561,7 @@ fn fanned_step(
                     part: Some(i),
                     parts: f.parts,
                     fingerprint,
+                    assembled: false,
                 })
                 .expect("a part serializes"),
             })
@@ -467,66 +574,96 @@ fn fanned_step(
         let state = serde_json::to_vec(&f).map_err(|e| JobError::Failed(e.to_string()))?;
         return Ok(StepOutcome::AwaitTasks(state));
     }
-    let Day {
-        bank,
-        ledger,
-        lines,
-        fingerprint,
-    } = inputs(period)?;
-    if f.fingerprint != fingerprint {
-        return Err(JobError::Failed(format!(
-            "the input files for {period} changed after the run started; a run never mixes inputs"
-        )));
+    let made = parts_made(&f)?;
+    if f.assembled {
+        // The report is written: the tasks' fragments go (deleting again is harmless).
+        for m in &made {
+            let s = &m.summary;
+            for &k in &s.chunks {
+                store::delete(&fragment_key(period, s.part, k))?;
+            }
+            if s.missing {
+                store::delete(&missing_key(period, s.part))?;
+            }
+        }
+        return Ok(StepOutcome::Done);
     }
-    let mut results = Vec::new();
-    for i in 0..f.parts {
-        let bytes = tasks::output(&format!("part-{i}"))?
-            .ok_or_else(|| JobError::Failed(format!("part {i} has no result")))?;
-        results.push(PartResult::from_bytes(&bytes).map_err(|e| JobError::Failed(e.to_string()))?);
+    let bad =
+        |e: recon_core::PartsError| JobError::Failed(format!("the parts do not make the day: {e}"));
+    let summaries: Vec<PartSummary> = made.iter().map(|m| m.summary.clone()).collect();
+    let totals = sum_totals(&summaries).map_err(bad)?;
+    let lines = made[0].lines;
+    if made.iter().any(|m| m.lines != lines) {
+        return Err(JobError::Failed(
+            "the parts read files of different lengths".into(),
+        ));
     }
-    let (mut chunks, progress) = assemble(&bank, &ledger, &results, chunk_lines(bank.len()))
-        .map_err(|e| JobError::Failed(format!("the parts do not make the day: {e}")))?;
-    drop(bank);
+    let (bank_len, per_chunk) = (summaries[0].bank_len, summaries[0].chunk_lines.max(1));
+    let count = bank_len.div_ceil(per_chunk) as u32;
+    if summaries
+        .iter()
+        .any(|s| s.chunks.iter().any(|&k| k >= count))
+    {
+        return Err(bad(recon_core::PartsError(format!(
+            "a part wrote a fragment beyond the day's {count} parts"
+        ))));
+    }
     term.ensure_leader()?;
-    // The parts of the report, as the sequential run writes one per step; the text report is
-    // made from them as they are in memory.
-    for (n, chunk) in chunks.iter().enumerate() {
-        put_json(&format!("report/{period}/part-{n}"), chunk)?;
+    // Each part of the report from the fragments of the parts that have lines in it.
+    let mut listing = Listing::new(LISTED);
+    for k in 0..count {
+        let fragments = summaries
+            .iter()
+            .filter(|s| s.chunks.binary_search(&k).is_ok())
+            .map(|s| get_fragment(&fragment_key(period, s.part, k)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let start = u64::from(k) * per_chunk;
+        let end = (start + per_chunk).min(bank_len);
+        let refs: Vec<&[u8]> = fragments.iter().map(Vec::as_slice).collect();
+        let part = merge_chunk(start as usize, end as usize, &refs, &mut listing).map_err(bad)?;
+        put(&format!("report/{period}/part-{k}"), &part)?;
     }
-    let n = chunks.len() as u32;
-    let mut in_memory = |i: u32| Ok(std::mem::take(&mut chunks[i as usize]));
-    finish(term, period, n, &ledger, lines, &progress, &mut in_memory)
+    let fragments = summaries
+        .iter()
+        .filter(|s| s.missing)
+        .map(|s| get_fragment(&missing_key(period, s.part)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let refs: Vec<&[u8]> = fragments.iter().map(Vec::as_slice).collect();
+    let (missing, n) = merge_missing(&refs, summaries[0].ledger_len, &mut listing).map_err(bad)?;
+    if n != totals.missing_in_bank {
+        return Err(bad(recon_core::PartsError(format!(
+            "the parts list {n} unused entries and count {}",
+            totals.missing_in_bank
+        ))));
+    }
+    finish(term, period, count, &totals, lines, &listing, &missing)?;
+    f.assembled = true;
+    let state = serde_json::to_vec(&f).map_err(|e| JobError::Failed(e.to_string()))?;
+    Ok(StepOutcome::Continue(state))
 }
 
-/// The last step: what the bank never showed, the totals, and the report, after `count` parts.
+/// The last writes of a run, after its `count` parts: what the bank never showed (`missing`,
+/// JSON), the text report, the accounting database's row, and the summary.
 fn finish(
     term: &Term,
     period: &str,
     count: u32,
-    ledger: &[Entry],
+    totals: &Totals,
     lines: (u64, u64),
-    progress: &Progress,
-    parts: &mut dyn FnMut(u32) -> Result<Chunk, JobError>,
-) -> Result<StepOutcome, JobError> {
-    // Last step: what the bank never showed, the totals, and the report.
-    let totals = progress.final_totals(ledger);
-    let missing = missing_in_bank(ledger, progress);
-    put_json(&format!("report/{period}/missing-in-bank"), &missing)?;
-    let mut text = text_report(period, &totals, lines, count, parts)?;
-    text.push_str(&missing_in_bank_text(
-        ledger,
-        progress,
-        totals.missing_in_bank,
-    ));
+    listing: &Listing,
+    missing: &[u8],
+) -> Result<(), JobError> {
+    put(&format!("report/{period}/missing-in-bank"), missing)?;
+    let text = text_report(period, totals, lines, listing);
     put(&format!("report/{period}/text"), text.as_bytes())?;
-    report_to_database(term, period, &totals, &text)?;
+    report_to_database(term, period, totals, &text)?;
     put_json(
         &format!("report/{period}"),
         &Summary {
             period,
             tolerance_days: DEFAULT_TOLERANCE_DAYS,
             parts: count,
-            totals: &totals,
+            totals,
         },
     )?;
     log(
@@ -541,7 +678,7 @@ fn finish(
             format_cents(totals.net_difference_cents)
         ),
     );
-    Ok(StepOutcome::Done)
+    Ok(())
 }
 
 /// The database the report is written into, when the host grants it.
