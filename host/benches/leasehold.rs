@@ -752,6 +752,12 @@ async fn recon(guests: &Path, o: &Options, rows: &mut Vec<Row>) {
         }
     };
     let wasm = start.elapsed().as_secs_f64();
+    // The guest's peak linear memory, as the host's metric records it for each step.
+    let peak = leasehold::metrics::encode()
+        .lines()
+        .find(|l| l.starts_with("leasehold_guest_memory_peak_bytes{job=\"reconciliation\"}"))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .unwrap_or(0.0);
     match wasm_result {
         Ok(steps) => {
             rows.push(row(
@@ -759,7 +765,11 @@ async fn recon(guests: &Path, o: &Options, rows: &mut Vec<Row>) {
                     "reconciliation of {} statement lines end to end on one worker ({steps} steps)",
                     o.rows
                 ),
-                format!("wasm {wasm:.1} s ({:.2}× native)", wasm / native),
+                format!(
+                    "wasm {wasm:.1} s ({:.2}× native); peak guest memory {:.0} MiB",
+                    wasm / native,
+                    peak / f64::from(1u32 << 20)
+                ),
                 &format!("one native pass (same recon-core code: parse, match, write the parts and what the bank never showed; not the text report) {native:.1} s"),
                 "≤ 1.5 × one native pass and ≤ 10 s",
                 Some(wasm <= 1.5 * native && wasm <= 10.0),
@@ -1018,6 +1028,7 @@ async fn main() {
     }
     if want("recon") {
         recon(&guests, &o, &mut rows).await;
+        fanout::reconciliation_failover(&guests, &o, &mut rows).await;
     }
     if want("scale") {
         scale::scale(&guests, o.jobs, &mut rows).await;

@@ -108,4 +108,4 @@ pub use parts::{
     report_part, sum_totals,
 };
 pub use progress::{Progress, StateError, Totals};
-pub use report::{DEFAULT_TOLERANCE_DAYS, Report, input_fingerprint, reconcile};
+pub use report::{DEFAULT_TOLERANCE_DAYS, Fingerprint, Report, input_fingerprint, reconcile};

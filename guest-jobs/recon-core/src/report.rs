@@ -72,10 +72,38 @@ pub fn reconcile(date: &str, bank: &[Entry], ledger: &[Entry], tolerance_days: i
 /// A fingerprint of the inputs (FNV-1a 64 over both texts and the tolerance) to keep in
 /// [`Progress::fingerprint`], so a resumed step can tell that the files changed.
 pub fn input_fingerprint(bank_csv: &str, ledger_csv: &str, tolerance_days: i32) -> u64 {
-    let mut h = FNV_OFFSET;
-    for part in [bank_csv.as_bytes(), ledger_csv.as_bytes()] {
-        h = fnv1a64(h, &(part.len() as u64).to_le_bytes());
-        h = fnv1a64(h, part);
+    Fingerprint::new()
+        .file(bank_csv)
+        .file(ledger_csv)
+        .finish(tolerance_days)
+}
+
+/// [`input_fingerprint`] a file at a time (the bank statement, then the ledger), so a reader
+/// can drop each text once it is parsed: `Fingerprint::new().file(bank).file(ledger).finish(t)`
+/// equals `input_fingerprint(bank, ledger, t)`.
+#[derive(Clone, Copy, Debug)]
+pub struct Fingerprint(u64);
+
+impl Default for Fingerprint {
+    fn default() -> Self {
+        Self::new()
     }
-    fnv1a64(h, &tolerance_days.to_le_bytes())
+}
+
+impl Fingerprint {
+    /// Nothing read yet.
+    pub fn new() -> Self {
+        Fingerprint(FNV_OFFSET)
+    }
+
+    /// The next file's text.
+    pub fn file(self, text: &str) -> Self {
+        let h = fnv1a64(self.0, &(text.len() as u64).to_le_bytes());
+        Fingerprint(fnv1a64(h, text.as_bytes()))
+    }
+
+    /// The fingerprint, with the tolerance.
+    pub fn finish(self, tolerance_days: i32) -> u64 {
+        fnv1a64(self.0, &tolerance_days.to_le_bytes())
+    }
 }

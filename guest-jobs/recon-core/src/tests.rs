@@ -390,6 +390,7 @@ fn fingerprint_changes_with_any_input() {
     assert_ne!(base, input_fingerprint("a", "b", 3));
     assert_ne!(base, input_fingerprint("ab", "", 2));
     assert_ne!(base, input_fingerprint("b", "a", 2));
+    assert_eq!(base, Fingerprint::new().file("a").file("b").finish(2));
 }
 
 #[test]

@@ -44,8 +44,8 @@ use leasehold_guest::prelude::*;
 use leasehold_guest::sql::{self, SqlError, Value};
 use leasehold_guest::{store, tasks};
 use recon_core::{
-    Chunk, DEFAULT_TOLERANCE_DAYS, Entry, EntryRef, Listing, Matcher, PartSummary, Progress,
-    Totals, format_cents, input_fingerprint, merge_chunk, merge_missing, missing_in_bank,
+    Chunk, DEFAULT_TOLERANCE_DAYS, Entry, EntryRef, Fingerprint, Listing, Matcher, PartSummary,
+    Progress, Totals, format_cents, input_fingerprint, merge_chunk, merge_missing, missing_in_bank,
     partition, read_entries, reconcile_chunk, report_part, sum_totals,
 };
 use serde::{Deserialize, Serialize};
@@ -140,12 +140,22 @@ struct Day {
 /// Both files of `period`, parsed (a file that is not well-formed CSV fails the step, naming
 /// the file and the line), and their fingerprint.
 fn inputs(period: &str) -> Result<Day, JobError> {
-    let bank_csv = read_input(period, "bank.csv")?;
-    let ledger_csv = read_input(period, "ledger.csv")?;
-    let bank = read_entries(&bank_csv, "bank.csv").map_err(|e| JobError::Failed(e.to_string()))?;
-    let ledger =
-        read_entries(&ledger_csv, "ledger.csv").map_err(|e| JobError::Failed(e.to_string()))?;
-    let fingerprint = input_fingerprint(&bank_csv, &ledger_csv, DEFAULT_TOLERANCE_DAYS);
+    // One text at a time, each dropped once parsed: the texts are a third of the peak memory.
+    let parse = |file: &str, fingerprint: Fingerprint| {
+        let text = read_input(period, file)?;
+        let parsed = read_entries(&text, file).map_err(|e| JobError::Failed(e.to_string()))?;
+        Ok::<_, JobError>((parsed, fingerprint.file(&text)))
+    };
+    // Both files must be there before either is parsed: a day whose ledger has not arrived is
+    // not ready, whatever its statement holds.
+    for file in ["bank.csv", "ledger.csv"] {
+        if std::fs::metadata(format!("/data/{period}/{file}")).is_err() {
+            read_input(period, file)?;
+        }
+    }
+    let (bank, fingerprint) = parse("bank.csv", Fingerprint::new())?;
+    let (ledger, fingerprint) = parse("ledger.csv", fingerprint)?;
+    let fingerprint = fingerprint.finish(DEFAULT_TOLERANCE_DAYS);
     Ok(Day {
         lines: (bank.lines, ledger.lines),
         bank: bank.entries,
