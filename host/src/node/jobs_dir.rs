@@ -15,10 +15,10 @@
 //! * **One outcome per file version.** A settled file is loaded (validated, compiled through
 //!   the code cache, described) once per fingerprint; the result, a job or a refusal naming the
 //!   file and the reason, is logged once.
-//! * **Loading in the background.** A load runs as a task of its own, at most
-//!   [`LOADS_AT_ONCE`] at a time and smallest component first, so a scan never waits for a
-//!   compile (a large component takes seconds): the node serves HTTP and runs the jobs it has
-//!   meanwhile, a scan lists the files still compiling or waiting to ([`Scan::compiling`]), and
+//! * **Loading in the background.** A scan queues what it must load and a task loads the
+//!   queue, at most [`LOADS_AT_ONCE`] at a time and smallest component first, so a scan never
+//!   waits for a compile (a large component takes seconds): the node serves HTTP and runs the
+//!   jobs it has meanwhile, a scan lists the files still compiling or waiting to ([`Scan::compiling`]), and
 //!   a finished load wakes the node ([`JobsDir::loaded`]) to scan again and start the job. Each
 //!   compile has a thread pool of its own ([`crate::exec::runtime`]), so a small component compiling
 //!   beside a large one shares the cores instead of queueing behind the large one's functions.
@@ -122,9 +122,8 @@ pub(crate) struct Scan {
 }
 
 /// A load's place among the [`LOADS_AT_ONCE`]: however the load ends (done, failed, or
-/// aborted because its file changed or went away), the place is given back first and then the
-/// node is woken ([`JobsDir::loaded`]), so a file waiting for a place is started by the next
-/// scan instead of at the next rescan.
+/// abandoned because its file changed or went away), the place is given back first and then
+/// the node is woken ([`JobsDir::loaded`]) to scan and serve what was loaded.
 struct LoadSlot {
     permit: Option<tokio::sync::OwnedSemaphorePermit>,
     loaded: Arc<tokio::sync::Notify>,
@@ -137,21 +136,21 @@ impl Drop for LoadSlot {
     }
 }
 
-/// A load running in a task of its own: its handle, to abort it, and the channel it sends its
-/// result on *before* its [`LoadSlot`] wakes the node. The scan that wake causes must find the
-/// result: a task's handle reports it finished only after the task's last drop, so a scan that
-/// asked the handle could run between the wake and the finish, see the load still running, and
-/// leave the job to the next rescan (10 s later: replicas loaded a renamed-in file that late).
-/// Dropping it (its file changed or went away, the directory dropped) aborts the load.
+/// A load queued or running in the background, seen from its file: the channel its result
+/// comes on, sent *before* its [`LoadSlot`] wakes the node, so the scan that wake causes finds
+/// the result (a scan that asked a task handle could run between the wake and the task's end,
+/// see the load still running, and leave the job to the next rescan: replicas loaded a
+/// renamed-in file 10 s late that way). Dropping it (its file changed or went away, the
+/// directory dropped) cancels the load: one not started yet is skipped, a running one is
+/// abandoned at its next await.
 struct Loading {
-    task: tokio::task::JoinHandle<()>,
     result: tokio::sync::oneshot::Receiver<Result<LoadedJob, LoadError>>,
 }
 
-impl Drop for Loading {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+/// A file a scan queued for loading, and where its result goes.
+struct Queued {
+    file: PathBuf,
+    result: tokio::sync::oneshot::Sender<Result<LoadedJob, LoadError>>,
 }
 
 /// The watched jobs directory.
@@ -183,6 +182,42 @@ impl JobsDir {
         async move { loaded.notified().await }
     }
 
+    /// Loads `queue` in its order (smallest component first), at most [`LOADS_AT_ONCE`] at a
+    /// time across every scan's queue, in one task: the scan that queued them does not wait,
+    /// and loads go on while the node scans (a scan per finished load would list the directory
+    /// once per job: thousands of jobs would take hours to start). Each finished load sends its
+    /// result, then gives its place back and wakes the node.
+    fn start_loads(&self, runtime: &Runtime, queue: Vec<Queued>) {
+        let (runtime, loads, loaded) = (runtime.clone(), self.loads.clone(), self.loaded.clone());
+        tokio::spawn(async move {
+            for item in queue {
+                if item.result.is_closed() {
+                    continue;
+                }
+                let Ok(permit) = loads.clone().acquire_owned().await else {
+                    return;
+                };
+                let slot = LoadSlot {
+                    permit: Some(permit),
+                    loaded: loaded.clone(),
+                };
+                let runtime = runtime.clone();
+                tokio::spawn(async move {
+                    // Dropped after the send: the wake comes once the result is there.
+                    let _slot = slot;
+                    let Queued { file, mut result } = item;
+                    tokio::select! {
+                        loaded = runtime.load(&file) => {
+                            let _ = result.send(loaded);
+                        }
+                        // The file changed or went away meanwhile: its load is not wanted.
+                        _ = result.closed() => {}
+                    }
+                });
+            }
+        });
+    }
+
     /// Lists the directory, loads what settled and changed, and decides what to serve, given
     /// what is served now (`serving`).
     pub(crate) async fn scan(
@@ -192,13 +227,15 @@ impl JobsDir {
     ) -> anyhow::Result<Scan> {
         let listed = list(&self.dir).await?;
         let now = Instant::now();
-        // A file gone takes its load with it (dropping a `Loading` aborts it).
-        self.files.retain(|p, _| listed.iter().any(|(q, _)| q == p));
+        // A file gone takes its load with it (dropping a `Loading` cancels it).
+        let present: std::collections::HashSet<&PathBuf> = listed.iter().map(|(p, _)| p).collect();
+        self.files.retain(|p, _| present.contains(p));
         let mut scan = Scan::default();
         // Loads start smallest component first, so small jobs are served while a large one
-        // still compiles; the permit is taken here, in that order, not by the spawned task.
+        // still compiles: the queue is in that order, and its task takes the places in it.
         let mut by_size: Vec<&(PathBuf, Fingerprint)> = listed.iter().collect();
         by_size.sort_by(|(a, fa), (b, fb)| (fa.component.len, a).cmp(&(fb.component.len, b)));
+        let mut queue = Vec::new();
         for (path, fp) in by_size {
             let fresh = || FileState {
                 fingerprint: *fp,
@@ -238,23 +275,12 @@ impl JobsDir {
                     scan.settling = true;
                     continue;
                 }
-                let Ok(permit) = self.loads.clone().try_acquire_owned() else {
-                    // Waiting for a load to end; its slot's release wakes a scan.
-                    scan.compiling.push(path.clone());
-                    continue;
-                };
-                let slot = LoadSlot {
-                    permit: Some(permit),
-                    loaded: self.loaded.clone(),
-                };
-                let (runtime, file) = (runtime.clone(), path.clone());
                 let (tx, rx) = tokio::sync::oneshot::channel();
-                let task = tokio::spawn(async move {
-                    // Dropped after the send: the wake comes once the result is there.
-                    let _slot = slot;
-                    let _ = tx.send(runtime.load(&file).await);
+                queue.push(Queued {
+                    file: path.clone(),
+                    result: tx,
                 });
-                state.loading = Some(Loading { task, result: rx });
+                state.loading = Some(Loading { result: rx });
                 scan.compiling.push(path.clone());
                 continue;
             };
@@ -277,6 +303,9 @@ impl JobsDir {
                     Outcome::Refused(e.reason)
                 }
             });
+        }
+        if !queue.is_empty() {
+            self.start_loads(runtime, queue);
         }
         scan.compiling.sort();
         tracing::debug!(node = %self.node, files = listed.len(), settling = scan.settling, compiling = scan.compiling.len(), "jobs directory scanned");
@@ -336,11 +365,26 @@ impl JobsDir {
 /// The directory's `*.wasm` files (not hidden, regular files or links to them) with their
 /// fingerprints, sorted by path.
 async fn list(dir: &Path) -> anyhow::Result<Vec<(PathBuf, Fingerprint)>> {
-    let mut out = Vec::new();
-    let mut entries = tokio::fs::read_dir(dir)
+    // One blocking call for the whole listing: a call per file (as `tokio::fs` makes) costs
+    // more than the file's `stat` itself, and a directory of thousands of jobs is listed often.
+    let dir = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || list_now(&dir))
         .await
+        .context("listing the jobs directory")?
+}
+
+fn list_now(dir: &Path) -> anyhow::Result<Vec<(PathBuf, Fingerprint)>> {
+    use std::os::unix::fs::MetadataExt as _;
+    let id = |m: &std::fs::Metadata| FileId {
+        len: m.len(),
+        modified: m.modified().ok(),
+        inode: m.ino(),
+    };
+    let mut out = Vec::new();
+    let entries = std::fs::read_dir(dir)
         .with_context(|| format!("cannot read jobs directory {}", dir.display()))?;
-    while let Some(e) = entries.next_entry().await? {
+    for e in entries {
+        let e = e.with_context(|| format!("cannot read jobs directory {}", dir.display()))?;
         let path = e.path();
         let name = e.file_name();
         let name = name.to_string_lossy();
@@ -348,20 +392,13 @@ async fn list(dir: &Path) -> anyhow::Result<Vec<(PathBuf, Fingerprint)>> {
             continue;
         }
         // Follows links; a dangling link or a directory named *.wasm is skipped.
-        let Ok(meta) = tokio::fs::metadata(&path).await else {
+        let Ok(meta) = std::fs::metadata(&path) else {
             continue;
         };
         if !meta.is_file() {
             continue;
         }
-        use std::os::unix::fs::MetadataExt as _;
-        let id = |m: &std::fs::Metadata| FileId {
-            len: m.len(),
-            modified: m.modified().ok(),
-            inode: m.ino(),
-        };
-        let sidecar = tokio::fs::metadata(crate::exec::runtime::sidecar_of(&path))
-            .await
+        let sidecar = std::fs::metadata(crate::exec::runtime::sidecar_of(&path))
             .ok()
             .map(|m| id(&m));
         out.push((
