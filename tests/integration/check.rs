@@ -41,6 +41,29 @@ fn a_valid_job_prints_its_spec() {
     }
 }
 
+/// A job's sidecar beside the file: `check` shows the databases it asks for (and under which
+/// of the host's names) and the HTTP destinations it is granted.
+#[test]
+fn check_shows_the_databases_and_destinations_a_sidecar_grants() {
+    let dir = TempDir::new("check-grants");
+    let file = dir.join("sqlprobe.wasm");
+    std::fs::copy(guests().wasm("sqlprobe"), &file).unwrap();
+    std::fs::write(
+        dir.join("sqlprobe.toml"),
+        "[sql.databases]\nledger = \"ledger\"\naccounting = \"books\"\n[http]\nallow = [\"https://pay.example.com\"]\n",
+    )
+    .unwrap();
+    let (code, out, err) = check(&file);
+    assert_eq!(code, 0, "{err}");
+    for needle in [
+        "sidecar:    ",
+        "databases:  accounting (the host's books), ledger",
+        "http:       https://pay.example.com",
+    ] {
+        assert!(out.contains(needle), "{needle:?} missing:\n{out}");
+    }
+}
+
 #[test]
 fn bad_files_are_refused_with_the_file_and_the_reason() {
     let dir = TempDir::new("check");

@@ -25,6 +25,9 @@ pub(crate) enum Fault {
     Hold,
     /// Cut off: hold every byte; healing resets the connections instead of delivering.
     Blackhole,
+    /// Replies lost: forward what clients send, hold what the server answers; healing resets
+    /// the connections instead of delivering (a request applied whose answer never came).
+    DropReplies,
 }
 
 /// A proxy listening on its own port and forwarding to `127.0.0.1:<target>`.
@@ -56,8 +59,8 @@ impl FaultProxy {
                 let _ = server.set_nodelay(true);
                 let (cr, cw) = client.into_split();
                 let (sr, sw) = server.into_split();
-                let up = tokio::spawn(pump(cr, sw, tx.subscribe()));
-                let down = tokio::spawn(pump(sr, cw, tx.subscribe()));
+                let up = tokio::spawn(pump(cr, sw, tx.subscribe(), false));
+                let down = tokio::spawn(pump(sr, cw, tx.subscribe(), true));
                 let mut l = list.lock().unwrap();
                 l.retain(|h| !h.is_finished());
                 l.push(up);
@@ -78,10 +81,11 @@ impl FaultProxy {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    /// Changes the fault. Leaving a blackhole resets every connection it cut off.
+    /// Changes the fault. Leaving a blackhole (or lost replies) resets every connection it cut
+    /// off.
     pub(crate) fn set(&self, fault: Fault) {
         let was = self.fault.send_replace(fault);
-        if was == Fault::Blackhole && fault != Fault::Blackhole {
+        if matches!(was, Fault::Blackhole | Fault::DropReplies) && fault != was {
             self.reset();
         }
     }
@@ -111,10 +115,12 @@ impl Drop for FaultProxy {
     }
 }
 
+/// Copies `from` to `to` under the current fault; `replies` is the server-to-client direction.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     mut fault: watch::Receiver<Fault>,
+    replies: bool,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -126,11 +132,12 @@ async fn pump(
             let current = *fault.borrow_and_update();
             match current {
                 Fault::None => break,
+                Fault::DropReplies if !replies => break,
                 Fault::Latency(d) => {
                     tokio::time::sleep(d).await;
                     break;
                 }
-                Fault::Hold | Fault::Blackhole => {
+                Fault::Hold | Fault::Blackhole | Fault::DropReplies => {
                     if fault.changed().await.is_err() {
                         return;
                     }

@@ -2,8 +2,9 @@
 //! inside the database serialises terms and refuses an older one; every escape from the host's
 //! transaction is refused, through a real host and the `sqlprobe` guest, with nothing written;
 //! a frozen, killed or cut-off leader's transaction never lands; a database whose token is
-//! ahead of Redis costs a term, not the run; `leasehold db init` is idempotent and a host
-//! refuses an untrusted fence.
+//! ahead of Redis (or a Redis restarted empty behind it) costs a term, not the run; a COMMIT
+//! whose reply is lost is `unavailable`; results past the limits are `too-large`; `leasehold
+//! db init` is idempotent and a host refuses an untrusted fence.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,7 +30,19 @@ async fn prepared(jobs: &[&str]) -> PgServer {
              UNIQUE (customer, period));
          GRANT SELECT, INSERT, UPDATE ON charges TO {ROLE};
          CREATE PROCEDURE commits() LANGUAGE plpgsql AS $$ BEGIN COMMIT; END $$;
-         GRANT EXECUTE ON PROCEDURE commits() TO {ROLE};"
+         GRANT EXECUTE ON PROCEDURE commits() TO {ROLE};
+         -- What the guard cannot see (names inside a function's body): the database's own
+         -- refusals and the host's timer must hold.
+         CREATE FUNCTION lift_timeout() RETURNS text LANGUAGE sql
+             AS $$ SELECT set_config('statement_timeout', '0', true) $$;
+         CREATE FUNCTION leak(OUT a text, OUT b text) LANGUAGE sql
+             AS $$ SELECT set_config('application_name', 'leaked', false),
+                          set_config('search_path', 'nowhere', false) $$;
+         CREATE FUNCTION raise_by_string() RETURNS xml LANGUAGE sql
+             AS $$ SELECT query_to_xml('SELECT * FROM leasehold.raise_fence(''sqlprobe'', 8000000000000000, ''guest'')', false, false, '') $$;
+         CREATE FUNCTION raise_again() RETURNS boolean LANGUAGE plpgsql
+             AS $$ BEGIN EXECUTE 'SELECT 1 FROM leasehold.' || 'raise_fence($1, $2, $3)'
+                   USING 'sqlprobe', 8000000000000000::bigint, 'guest'; RETURN true; END $$;"
     ))
     .await;
     pg
@@ -64,6 +77,18 @@ fn db_init(admin_url: &str, jobs: &[&str]) {
     );
     let said = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(said.contains(&format!("role {ROLE} created")), "{said}");
+}
+
+/// `leasehold db init` once more on a database it has set up, for `sqlprobe`: it succeeds, and
+/// says what it did.
+fn db_init_again(admin_url: &str) -> String {
+    let out = run_leasehold(&["db", "init", admin_url, "--role", ROLE, "--job", "sqlprobe"]);
+    assert!(
+        out.status.success(),
+        "db init: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
 }
 
 /// The charges the database holds, in commit order: (customer, token).
@@ -319,7 +344,16 @@ async fn every_escape_from_the_transaction_is_refused_and_nothing_is_written() {
             ("INSERT INTO charges VALUES ('x', 'y', 1); COMMIT", "err refused: several statements"),
             ("UPDATE leasehold.fence SET token = 999999999999999999", "err database: 42501"),
             ("CREATE TEMP TABLE fence (job text, token bigint)", "err database: 42501"),
-            ("SELECT set_config('role', 'postgres', true)", "err database: 42501"),
+            ("SELECT set_config('role', 'postgres', true)", "err refused: set_config is refused"),
+            ("SELECT set_config('idle_in_transaction_session_timeout', '0', true)", "err refused: set_config is refused"),
+            ("UPDATE pg_settings SET setting = '0' WHERE name = 'statement_timeout'", "err refused: pg_settings is refused"),
+            ("SELECT * FROM leasehold.raise_fence('sqlprobe', 8000000000000000, 'guest')", "err refused: raise_fence is refused"),
+            ("SELECT query_to_xml('SELECT 1', false, false, '')", "err refused: query_to_xml is refused"),
+            ("ALTER ROLE CURRENT_USER SET standard_conforming_strings = off", "err refused: ALTER ROLE is refused"),
+            // The fence function called from a function's body, where no guard reads: the
+            // database refuses it once the transaction has an id (the host's raise gave it one).
+            ("SELECT raise_again()", "err database: LH002"),
+            ("SELECT raise_by_string()", "err database: LH002"),
         ];
         let mut plan = String::new();
         for (i, (escape, _)) in escapes.iter().enumerate() {
@@ -327,15 +361,17 @@ async fn every_escape_from_the_transaction_is_refused_and_nothing_is_written() {
                 "begin ledger\ntx INSERT INTO charges (customer, period, token) VALUES ($1, $2, $3) | t:escape-{i} | period | token\ntxq {escape}\ntx SELECT 1\ncommit\n"
             ));
         }
-        // statement_timeout lifted by a query (no SET needed): the host's own timer still cancels.
+        // statement_timeout lifted inside a function (no SET or set_config in the statement):
+        // the host's own timer still cancels.
         plan.push_str(
-            "begin ledger\ntxq SELECT set_config('statement_timeout', '0', true)\ntxq SELECT pg_sleep(5)\ndrop\n",
+            "begin ledger\ntxq SELECT lift_timeout()\ntxq SELECT pg_sleep(5)\ndrop\n",
         );
-        // A committed transaction's session settings (set_config(…, false) outlives the
-        // transaction once committed) never reach the next transaction on the connection: one
-        // connection (pool=1), so the next transaction surely runs on the same one.
+        // A committed transaction's session settings (set_config(…, false) in a function
+        // outlives the transaction once committed) never reach the next transaction on the
+        // connection: one connection (pool=1), so the next transaction surely runs on the same
+        // one.
         plan.push_str(
-            "begin ledger\ntxq SELECT set_config('application_name', 'leaked', false), set_config('search_path', 'nowhere', false)\ncommit\n\
+            "begin ledger\ntxq SELECT * FROM leak()\ncommit\n\
              begin ledger\ntxq SELECT current_setting('application_name') = 'leaked', current_setting('search_path') = 'nowhere'\ncommit\n",
         );
         // Then typed errors outside transactions, and one real write.
@@ -392,7 +428,7 @@ async fn every_escape_from_the_transaction_is_refused_and_nothing_is_written() {
         let host_refused = escapes.iter().filter(|(_, e)| e.starts_with("err refused")).count();
         assert_eq!(escaped.len(), host_refused, "{rows:?}");
         let token = fence_token(&pg, "sqlprobe").await;
-        assert!(token < 999999999999999999, "the fence was changed by the guest");
+        assert!(token < 8_000_000_000_000_000, "the fence was changed by the guest");
         assert!(rows.iter().all(|(_, t)| *t == token), "{rows:?} under fence {token}");
         assert!(!rows.iter().any(|(c, _)| c == "x"), "a second statement ran: {rows:?}");
     })
@@ -562,21 +598,257 @@ async fn a_database_ahead_of_redis_costs_one_term_and_the_run_still_writes_once(
     .await;
 }
 
+/// A COMMIT whose reply is lost: the database applied it, the host never heard. The guest gets
+/// `unavailable` saying it may or may not have been applied (the row is there: it was), and
+/// the step goes on to the end of its plan.
+#[tokio::test]
+async fn a_commit_whose_reply_is_lost_is_unavailable_and_may_have_been_applied() {
+    deadline(Duration::from_secs(120), async {
+        let pg = prepared(&["sqlprobe"]).await;
+        let redis = RedisServer::start().await;
+        let dirs = (TempDir::new("sql-jobs"), TempDir::new("sql-data"));
+        let proxy = FaultProxy::start(pg.port).await;
+        deploy_probe(&holding_charge(30_000), SIDECAR, &dirs);
+        let database = format!("ledger=postgres://{ROLE}@127.0.0.1:{}/postgres", proxy.port);
+        let host = probe_host_on("n1", &redis.url(), &dirs, ("2s", "500ms"), &database, &[]);
+        host.wait_for_log("became leader", Duration::from_secs(60))
+            .await;
+        trigger(&redis, "sqlprobe", PERIOD);
+        let mark = JobKeys::new("sqlprobe").data("mark/holding");
+        wait_for(
+            "the transaction to be open with its row",
+            Duration::from_secs(60),
+            || async {
+                let v: Option<String> = redis::AsyncCommands::get(&mut redis.conn().await, &mark)
+                    .await
+                    .unwrap();
+                v
+            },
+        )
+        .await;
+        // The database's answers are lost from now on; the guest commits.
+        proxy.set(ProxyFault::DropReplies);
+        std::fs::write(dirs.1.join("sqlprobe/release"), "").unwrap();
+        let outcome = wait_for("the COMMIT's outcome", Duration::from_secs(30), || async {
+            outcomes(&redis).await.get(&5).cloned()
+        })
+        .await;
+        assert!(
+            outcome.starts_with("err unavailable:")
+                && outcome.contains("may or may not have been applied"),
+            "{outcome}"
+        );
+        // It was applied.
+        let token = fence_token(&pg, "sqlprobe").await;
+        assert_eq!(charges(&pg).await, [("alice".to_string(), token)]);
+        proxy.set(ProxyFault::None);
+        let record = wait_done(&redis, Duration::from_secs(60)).await;
+        assert_eq!(record["status"], "done", "{record}");
+    })
+    .await;
+}
+
+/// A job's statement limits: what its sidecar asks for, capped by the host's flags. Past the
+/// rows or the bytes a statement may return the guest gets `too-large` (nothing returned), and a
+/// statement longer than the capped time `timeout`, whatever the sidecar asked for.
+#[tokio::test]
+async fn results_past_the_limits_are_too_large_and_the_hosts_caps_bound_what_a_job_asks() {
+    deadline(Duration::from_secs(120), async {
+        let pg = prepared(&["sqlprobe"]).await;
+        let redis = RedisServer::start().await;
+        let dirs = (TempDir::new("sql-jobs"), TempDir::new("sql-data"));
+        // The sidecar asks for 10 s, 100 rows and the default 16 MiB; the host caps 1 s, 5
+        // rows and 1 KiB.
+        let sidecar = "[catch-up]\npolicy = \"skip\"\n[sql]\nstatement-time = \"10s\"\nmax-rows = 100\n[sql.databases]\nledger = \"ledger\"\n";
+        let plan = "query ledger SELECT generate_series(1, 5)\n\
+                    query ledger SELECT generate_series(1, 6)\n\
+                    query ledger SELECT repeat('x', 900)\n\
+                    query ledger SELECT repeat('x', 2000)\n\
+                    query ledger SELECT pg_sleep(3)\n\
+                    exec ledger INSERT INTO charges (customer, period, token) VALUES ($1, $2, $3) | t:after | period | token\n";
+        deploy_probe(plan, sidecar, &dirs);
+        let database = format!("ledger={}", pg.url(ROLE));
+        let host = probe_host_on(
+            "n1",
+            &redis.url(),
+            &dirs,
+            ("2s", "500ms"),
+            &database,
+            &[
+                ("LEASEHOLD_MAX_STATEMENT_TIME", "1s"),
+                ("LEASEHOLD_MAX_SQL_ROWS", "5"),
+                ("LEASEHOLD_MAX_SQL_RESULT", "1KiB"),
+            ],
+        );
+        host.wait_for_log("became leader", Duration::from_secs(60)).await;
+        trigger(&redis, "sqlprobe", PERIOD);
+        let record = wait_done(&redis, Duration::from_secs(60)).await;
+        assert_eq!(record["status"], "done", "{record}");
+        let got = outcomes(&redis).await;
+        assert_eq!(got[&1], "ok [[1],[2],[3],[4],[5]]", "{got:?}");
+        assert!(got[&2].starts_with("err too-large:"), "{got:?}");
+        assert!(got[&3].starts_with("ok [["), "{got:?}");
+        assert!(got[&4].starts_with("err too-large:"), "{got:?}");
+        assert_eq!(got[&5], "err timeout: 1000", "{got:?}");
+        // The limits refuse a result, not the job: its next statement writes.
+        assert_eq!(got[&6], "ok 1", "{got:?}");
+        assert_eq!(charges(&pg).await.len(), 1);
+    })
+    .await;
+}
+
+/// Redis restarted empty while the billing sample books a run's charges in PostgreSQL, its token
+/// source set back: the tokens the database saw came from a counter a day ahead of Redis's clock
+/// (set directly, as a clock that was ahead and then corrected would leave it), and the restart
+/// loses that counter, so every token Redis issues after it is below the database's fence. The
+/// host's first term after the restart is refused by the database; the host raises the counter
+/// above the database's token and campaigns again; the run carries on within a few heartbeats,
+/// and every customer is booked once, with tokens that never go back in commit order.
+#[tokio::test]
+async fn redis_restarted_empty_with_its_token_source_set_back_costs_a_term_not_a_charge() {
+    const CUSTOMERS: usize = 200;
+    deadline(Duration::from_secs(240), async {
+        let pg = initialised(&["billing"]).await;
+        pg.exec(include_str!("../../guest-jobs/billing/ledger.sql"))
+            .await;
+        pg.exec(&format!(
+            "GRANT SELECT, INSERT ON billing_charges TO {ROLE}"
+        ))
+        .await;
+        let mut redis = RedisServer::start().await;
+        let dir = TempDir::new("sql-redis-lost");
+        let (jobs, data) = deploy_billing(dir.path(), CUSTOMERS);
+        // 20 ms a charge: four steps of about a second, long enough to restart Redis in.
+        std::fs::write(data.join("billing/delay-ms"), "20").unwrap();
+        std::fs::write(
+            jobs.join("billing.toml"),
+            "[sql.databases]\nledger = \"ledger\"\n",
+        )
+        .unwrap();
+        let keys = JobKeys::new("billing");
+        let (now_s, now_us): (i64, i64) = redis::cmd("TIME")
+            .query_async(&mut redis.conn().await)
+            .await
+            .unwrap();
+        let ahead = now_s * 1_000_000 + now_us + 86_400_000_000;
+        let _: () = redis::AsyncCommands::set(&mut redis.conn().await, keys.token(), ahead)
+            .await
+            .unwrap();
+        let database = format!("ledger={}", pg.url(ROLE));
+        let host = HostProcess::start_node(
+            LEASEHOLD,
+            &redis.url(),
+            &jobs,
+            "n0",
+            ("2s", "500ms"),
+            &[
+                "--data-dir",
+                data.to_str().unwrap(),
+                "--database",
+                &database,
+            ],
+        );
+        // (period, customer, token) in commit order.
+        let rows = || async {
+            pg.admin()
+                .await
+                .unwrap()
+                .query(
+                    "SELECT period, customer, token FROM billing_charges \
+                     ORDER BY pg_xact_commit_timestamp(xmin), customer",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    (
+                        r.get::<_, String>(0),
+                        r.get::<_, String>(1),
+                        r.get::<_, i64>(2),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let before = wait_for(
+            "the run to have booked 30 charges",
+            Duration::from_secs(90),
+            || async {
+                let r = rows().await;
+                (r.len() >= 30).then_some(r)
+            },
+        )
+        .await;
+        let (period, old) = (before[0].0.clone(), before.last().unwrap().2);
+        assert!(
+            old > ahead,
+            "the run's term did not take its token from the counter"
+        );
+        redis.crash_and_restart().await;
+        wait_for(
+            "a charge booked by a term after the restart",
+            Duration::from_secs(20),
+            || async { rows().await.iter().any(|r| r.2 > old).then_some(()) },
+        )
+        .await;
+        host.wait_for_log("raised the token counter", Duration::from_secs(5))
+            .await;
+        let record = wait_for("the run to be done", Duration::from_secs(90), || async {
+            let raw: Option<String> =
+                redis::AsyncCommands::get(&mut redis.conn().await, keys.run(&period))
+                    .await
+                    .ok()?;
+            let r: serde_json::Value = serde_json::from_str(&raw?).ok()?;
+            (r["status"] == "done").then_some(r)
+        })
+        .await;
+        let rows: Vec<_> = rows().await.into_iter().filter(|r| r.0 == period).collect();
+        let mut customers: Vec<&str> = rows.iter().map(|r| r.1.as_str()).collect();
+        customers.sort();
+        customers.dedup();
+        assert_eq!(
+            customers.len(),
+            CUSTOMERS,
+            "every customer booked: {record}"
+        );
+        assert_eq!(rows.len(), CUSTOMERS, "a customer booked twice");
+        let tokens: Vec<i64> = rows.iter().map(|r| r.2).collect();
+        assert!(
+            tokens.windows(2).all(|w| w[0] <= w[1]),
+            "a token went back in commit order: {tokens:?}"
+        );
+        // The first term after the restart had a token below the database's fence, and the
+        // database refused it: no row carries it.
+        let terms: Vec<i64> = host
+            .log_lines_with("became leader")
+            .iter()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["token"].as_i64())
+            .collect();
+        let refused: Vec<i64> = terms.iter().copied().filter(|t| *t < old).collect();
+        assert!(
+            !refused.is_empty(),
+            "no term below the database's fence: {terms:?}"
+        );
+        assert!(
+            !tokens.iter().any(|t| refused.contains(t)),
+            "a refused term's row landed: {tokens:?}"
+        );
+        let counter: i64 = redis::AsyncCommands::get(&mut redis.conn().await, keys.token())
+            .await
+            .unwrap();
+        assert!(
+            counter > old,
+            "the counter {counter} is not above the database's {old}"
+        );
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn db_init_is_idempotent_and_a_host_refuses_a_fence_it_cannot_trust() {
     deadline(Duration::from_secs(120), async {
         let pg = prepared(&["sqlprobe"]).await;
-        let again = run_leasehold(&[
-            "db",
-            "init",
-            &pg.admin_url(),
-            "--role",
-            ROLE,
-            "--job",
-            "sqlprobe",
-        ]);
-        assert!(again.status.success());
-        let said = String::from_utf8_lossy(&again.stdout).to_string();
+        let said = db_init_again(&pg.admin_url());
         assert!(said.contains("job sqlprobe: already registered"), "{said}");
         assert!(!said.contains("created"), "{said}");
         // The role given UPDATE on the fence: a host will not start on such a database.
@@ -592,12 +864,31 @@ async fn db_init_is_idempotent_and_a_host_refuses_a_fence_it_cannot_trust() {
         assert!(!status.success());
         let log = host.log().join("\n");
         assert!(log.contains("may change leasehold.fence directly"), "{log}");
-        // A host without the database a job's sidecar needs refuses that job, naming it.
         pg.exec(&format!("REVOKE UPDATE ON leasehold.fence FROM {ROLE}"))
             .await;
+        // A fence function of an earlier version (one a guest could call again to raise a
+        // fence): refused until `db init` replaces it.
+        pg.exec(
+            "CREATE OR REPLACE FUNCTION leasehold.raise_fence(p_job text, p_token bigint, p_holder text,
+                 OUT raised boolean, OUT stored bigint)
+             LANGUAGE plpgsql SECURITY DEFINER SET search_path = leasehold, pg_temp
+             AS $fn$ BEGIN raised := true; stored := p_token; END $fn$",
+        )
+        .await;
+        let mut host =
+            probe_host(&pg, "", SIDECAR, "n3", &redis.url(), &dirs, ("2s", "500ms")).await;
+        let status = host
+            .wait_exit("the host to refuse the earlier function", Duration::from_secs(60))
+            .await;
+        assert!(!status.success());
+        let log = host.log().join("\n");
+        assert!(log.contains("leasehold.raise_fence is an earlier version's"), "{log}");
+        let _ = db_init_again(&pg.admin_url());
+        // A host without the database a job's sidecar needs refuses that job, naming it.
         let jobs = TempDir::new("sql-nodb");
         std::fs::copy(guests().wasm("sqlprobe"), jobs.join("sqlprobe.wasm")).unwrap();
         std::fs::write(jobs.join("sqlprobe.toml"), SIDECAR).unwrap();
+        std::fs::copy(guests().wasm("ticker"), jobs.join("ticker.wasm")).unwrap();
         let host = HostProcess::start_node(
             LEASEHOLD,
             &redis.url(),
@@ -608,6 +899,16 @@ async fn db_init_is_idempotent_and_a_host_refuses_a_fence_it_cannot_trust() {
         );
         host.wait_for_log("needs database ledger", Duration::from_secs(60))
             .await;
+        // ... and serves the others.
+        wait_for("n2 to lead the ticker", Duration::from_secs(60), || async {
+            let owner: Option<String> =
+                redis::AsyncCommands::get(&mut redis.conn().await, JobKeys::new("ticker").lease())
+                    .await
+                    .ok()?;
+            owner.filter(|o| o.starts_with("n2:"))
+        })
+        .await;
+        assert!(host.log_lines_with("became leader").iter().all(|l| !l.contains("sqlprobe")));
     })
     .await;
 }

@@ -7,7 +7,9 @@
 //! and the role that may raise it. `leasehold.raise_fence(job, token, holder)` is the only way
 //! to change a row: a `SECURITY DEFINER` function owned by the schema's owner, with
 //! `search_path` pinned to `leasehold, pg_temp` (so no temporary table can shadow the fence),
-//! which a job's role may only EXECUTE and only for the jobs registered for that role. It locks
+//! which a job's role may only EXECUTE and only for the jobs registered for that role, only as
+//! a transaction's first act (a later call, which can only be a guest's, finds the transaction
+//! holding an id and is refused: `LH002`), with a token below 2^53. It locks
 //! the job's row (`FOR UPDATE`, in READ COMMITTED: a second term waits for the first to end and
 //! then reads what it committed), raises it when the token is higher (or the same token of the
 //! same holder), and reports whether it did and what the row holds.
@@ -16,6 +18,10 @@ use std::time::Duration;
 
 /// SQLSTATE the fence function raises when the job is not registered for the calling role.
 pub const NOT_REGISTERED: &str = "LH001";
+/// The function's mark of the current version: a database whose function lacks it was set up
+/// by an earlier `leasehold db init`, whose function a guest could call to raise any job's
+/// fence of its role.
+const FUNCTION_MARK: &str = "txid_current_if_assigned()";
 
 /// The schema, table and function, idempotently (`CREATE … IF NOT EXISTS`, `CREATE OR
 /// REPLACE`); run by the schema's owner.
@@ -36,6 +42,17 @@ CREATE OR REPLACE FUNCTION leasehold.raise_fence(p_job text, p_token bigint, p_h
 DECLARE
     r leasehold.fence%ROWTYPE;
 BEGIN
+    -- Only as a transaction's first act, which is the host's call: the row lock below gives
+    -- the transaction its id, which nothing can take back, so any later call (a guest's, however
+    -- it is made: a function, a query run from a string) finds one and is refused.
+    IF txid_current_if_assigned() IS NOT NULL THEN
+        RAISE EXCEPTION 'the fence is raised only as a transaction''s first act, by the host'
+            USING ERRCODE = 'LH002';
+    END IF;
+    IF p_token < 0 OR p_token >= 9007199254740992 THEN
+        RAISE EXCEPTION 'token % is out of range (tokens stay below 2^53)', p_token
+            USING ERRCODE = 'LH003';
+    END IF;
     SELECT * INTO r FROM leasehold.fence WHERE job = p_job AND role = session_user FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'job % is not registered in leasehold.fence for role %', p_job, session_user
@@ -170,11 +187,12 @@ pub async fn verify(client: &tokio_postgres::Client) -> Result<Verified, String>
                     p.prosecdef,
                     coalesce(array_to_string(p.proconfig, E'\n'), ''),
                     pg_has_role(session_user, p.proowner, 'USAGE'),
-                    has_function_privilege('leasehold.raise_fence(text,bigint,text)', 'EXECUTE')
+                    has_function_privilege('leasehold.raise_fence(text,bigint,text)', 'EXECUTE'),
+                    strpos(p.prosrc, $1) > 0
                FROM pg_roles r, pg_proc p
               WHERE r.rolname = session_user
                 AND p.oid = 'leasehold.raise_fence(text,bigint,text)'::regprocedure",
-            &[],
+            &[&FUNCTION_MARK],
         )
         .await
         .map_err(q)?;
@@ -216,6 +234,12 @@ pub async fn verify(client: &tokio_postgres::Client) -> Result<Verified, String>
     if !row.get::<_, bool>(8) {
         wrong.push(format!("role {role} may not EXECUTE leasehold.raise_fence"));
     }
+    if !row.get::<_, bool>(9) {
+        wrong.push(
+            "leasehold.raise_fence is an earlier version's (it lets a later call in a transaction raise a fence)"
+                .into(),
+        );
+    }
     if !wrong.is_empty() {
         return Err(format!(
             "the fence cannot be trusted: {}; run `leasehold db init URL --role {role}` as the database's owner, and log the host in as {role}",
@@ -237,11 +261,13 @@ pub async fn verify(client: &tokio_postgres::Client) -> Result<Verified, String>
 
 /// The host's first statements of every transaction, sent as one simple query: session
 /// settings back to their defaults (a guest's `set_config(…, false)` does not outlive its
-/// transaction on the connection, tested), then `BEGIN` in READ COMMITTED (a newer term waiting
+/// transaction on the connection, tested), string literals read as the guard reads them
+/// (`standard_conforming_strings` on, whatever default the role was given), then `BEGIN` in
+/// READ COMMITTED (a newer term waiting
 /// on the fence row reads the committed row; REPEATABLE READ would fail it with `40001`).
 /// [`FENCE_CALL`] follows it in the same round trip (pipelined), so the fence costs no round
 /// trip of its own.
-pub const BEGIN_BATCH: &str = "RESET ALL; BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE";
+pub const BEGIN_BATCH: &str = "RESET ALL; SET standard_conforming_strings = on; BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE";
 
 /// The fence raised to the term's token, and the transaction's timeouts, as one prepared
 /// statement (parsed and planned once per connection; its function and `set_config` resolved

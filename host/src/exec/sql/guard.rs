@@ -64,6 +64,40 @@ const REFUSED: &[(&str, &str)] = &[
     ("LOAD", "loading libraries is not a job's"),
 ];
 
+/// Why a function that runs SQL given as a string is refused.
+const RUNS_SQL: &str = "it runs SQL given as a string, which the host cannot check";
+/// Why a way to change settings is refused.
+const SETTINGS: &str = "settings (timeouts, roles, search_path) are the host's";
+
+/// Names refused wherever they stand in a statement (lower case), and why: the ways to change a
+/// setting without `SET` that PostgreSQL offers every role (a guest that lifts its timeouts and
+/// then freezes with its host would hold the fence's row from its successor), the functions
+/// that run SQL given as a string (what they run, the guard cannot read), and the fence
+/// function, which is the host's. Not airtight: a function the job's role may call or create
+/// can do any of it inside (the fence does not rest on this: the database refuses a raise that
+/// is not its transaction's first act; the timeouts then rest on the host's own timer, see
+/// README).
+const REFUSED_NAMES: &[(&str, &str)] = &[
+    (
+        "set_config",
+        "settings (timeouts, roles, search_path) are the host's; pass a value the statement needs as a parameter",
+    ),
+    ("pg_settings", SETTINGS),
+    ("query_to_xml", RUNS_SQL),
+    ("query_to_xmlschema", RUNS_SQL),
+    ("query_to_xml_and_xmlschema", RUNS_SQL),
+    ("ts_stat", RUNS_SQL),
+    (
+        "raise_fence",
+        "the fence is raised by the host, once, at the transaction's start",
+    ),
+];
+
+/// Objects whose `ALTER … SET` would give the job's role (or its database) default settings:
+/// an `ALTER ROLE CURRENT_USER SET standard_conforming_strings = off` would make the database
+/// read string literals otherwise than this guard does on every later connection.
+const ALTER_REFUSED: &[&str] = &["ROLE", "USER", "GROUP", "DATABASE", "SYSTEM"];
+
 /// Checks one guest statement; the error says what is refused and why.
 pub fn check(statement: &str) -> Result<(), String> {
     let code = code_of(statement)?;
@@ -88,12 +122,35 @@ pub fn check(statement: &str) -> Result<(), String> {
     if let Some((_, why)) = REFUSED.iter().find(|(w, _)| *w == word) {
         return Err(format!("{word} is refused: {why}"));
     }
+    if word == "ALTER" {
+        let object = first
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or("")
+            .to_ascii_uppercase();
+        if ALTER_REFUSED.contains(&object.as_str()) {
+            return Err(format!(
+                "ALTER {object} is refused: roles, databases and their default settings are the operator's"
+            ));
+        }
+    }
+    let names = first
+        .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$'))
+        .map(str::to_lowercase);
+    for name in names {
+        if let Some((n, why)) = REFUSED_NAMES.iter().find(|(n, _)| *n == name) {
+            return Err(format!("{n} is refused: {why}"));
+        }
+    }
     Ok(())
 }
 
-/// The statement with every literal, quoted identifier and comment replaced by a space: what is
+/// The statement with every literal and comment replaced by a space, and every quoted
+/// identifier by its name between spaces (its characters other than letters, digits, `_` and
+/// `$` as `_`, so a name cannot hide behind quotes and a quoted `;` splits nothing): what is
 /// left is keywords, names, numbers and punctuation. An unterminated literal or comment is an
-/// error (PostgreSQL would refuse it too).
+/// error (PostgreSQL would refuse it too), and so is an identifier with Unicode escapes
+/// (`U&"…"`), whose name only PostgreSQL would read.
 fn code_of(s: &str) -> Result<String, String> {
     let b = s.as_bytes();
     let mut out = String::with_capacity(s.len());
@@ -138,8 +195,27 @@ fn code_of(s: &str) -> Result<String, String> {
                 out.push(' ');
             }
             b'"' => {
-                i = skip_quoted(b, i, b'"', false).ok_or("unterminated quoted identifier")?;
+                if i >= 2
+                    && b[i - 1] == b'&'
+                    && (b[i - 2] == b'U' || b[i - 2] == b'u')
+                    && !(i >= 3 && prev_is_ident(b, i - 2))
+                {
+                    return Err(
+                        "identifiers with Unicode escapes (U&\"…\") are refused: write the name plainly"
+                            .into(),
+                    );
+                }
+                let end = skip_quoted(b, i, b'"', false).ok_or("unterminated quoted identifier")?;
                 out.push(' ');
+                out.extend(s[i + 1..end - 1].chars().map(|c| {
+                    if c.is_alphanumeric() || c == '_' || c == '$' {
+                        c
+                    } else {
+                        '_'
+                    }
+                }));
+                out.push(' ');
+                i = end;
             }
             b'$' if !prev_is_ident(b, i) => {
                 // $tag$ … $tag$, or a parameter ($1).
@@ -238,6 +314,20 @@ mod tests {
             "DO $$ BEGIN COMMIT; END $$",
             "CALL p()",
             "DISCARD ALL",
+            "SELECT set_config('statement_timeout', '0', true)",
+            "SELECT pg_catalog.SET_CONFIG('idle_in_transaction_session_timeout', '0', false)",
+            "SELECT \"set_config\"('statement_timeout', '0', true)",
+            "SELECT 1 FROM t WHERE set_config(a, b, true) IS NULL",
+            "UPDATE pg_settings SET setting = '0' WHERE name = 'statement_timeout'",
+            "SELECT leasehold.raise_fence('other', 9007199254740991, 'x')",
+            "SELECT * FROM \"leasehold\".\"raise_fence\"('other', 1, 'x')",
+            "SELECT U&\"set\\005fconfig\"('statement_timeout', '0', true)",
+            "SELECT u&\"x\" FROM t",
+            "SELECT query_to_xml('SELECT set_config(''a'', ''b'', true)', false, false, '')",
+            "SELECT * FROM ts_stat('SELECT 1')",
+            "ALTER ROLE CURRENT_USER SET standard_conforming_strings = off",
+            "alter  user lh_jobs SET statement_timeout = 0",
+            "ALTER DATABASE postgres SET search_path = x",
             "INSERT INTO t VALUES (1); COMMIT",
             "SELECT 1; SELECT 2",
             "SELECT 'a'; DELETE FROM t",
@@ -263,7 +353,11 @@ mod tests {
             "WITH x AS (SELECT 1) SELECT * FROM x",
             "(SELECT 1)",
             "SELECT a$b FROM t",
-            "SELECT set_config('application_name', 'x', true)",
+            "SELECT 'set_config(1)', \"settings\" FROM t",
+            "SELECT current_setting('statement_timeout')",
+            "SELECT \"Total;\" FROM \"my table\"",
+            "SELECT menu&\"x\" FROM t",
+            "ALTER TABLE t ADD COLUMN c int",
         ] {
             assert_eq!(check(ok), Ok(()), "{ok:?}");
         }

@@ -12,9 +12,10 @@
 //! still leads locally. The host logs in as the job's role, which may only EXECUTE the fence
 //! function ([`fence::verify`] checks it before the database is used); what the database's
 //! privileges do not stop (a plain `COMMIT`, `SET`, several statements) is refused before it is
-//! sent ([`guard`]). Statement time is enforced twice: `statement_timeout` in the database and
-//! the host's own timer, which cancels the statement (a guest can lift the former with
-//! `set_config`, not the latter).
+//! sent ([`guard`], which also refuses `set_config`, `pg_settings` and the fence function by
+//! name). Statement time is enforced twice: `statement_timeout` in the database and the host's
+//! own timer, which cancels the statement (a function the role may call could lift the former,
+//! not the latter). The fence function refuses a second call in a transaction (the guest's).
 //!
 //! **Non-guarantees.** A COMMIT whose reply is lost may or may not have been applied
 //! (`unavailable`): a job makes its writes idempotent with unique keys. A database the job's
