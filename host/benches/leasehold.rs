@@ -5,7 +5,8 @@
 //! cargo bench --bench leasehold -- --only failover   # one section (failover, handover,
 //!                                                    # write, batch, guest, recon, scale,
 //!                                                    # fast, scale10k, cluster, tasks,
-//!                                                    # fanout, cold, python, sql, http)
+//!                                                    # fanout, cold, python, sql, http,
+//!                                                    # console)
 //! cargo bench --bench leasehold -- --trials 5 --rows 200000 --jobs 300 --quiet-secs 60
 //! ```
 //!
@@ -28,6 +29,8 @@ use redis::AsyncCommands;
 
 #[path = "leasehold/cluster.rs"]
 mod cluster;
+#[path = "leasehold/console.rs"]
+mod console;
 #[path = "leasehold/fanout.rs"]
 mod fanout;
 #[path = "leasehold/outbound.rs"]
@@ -591,6 +594,7 @@ fn ctx_clone(ctx: &StepContext, data_dir: Option<PathBuf>) -> StepContext {
         conn: ctx.conn.clone(),
         data_dir,
         work: ctx.work.clone(),
+        stderr: Default::default(),
     }
 }
 
@@ -1062,6 +1066,9 @@ async fn main() {
     }
     if want("http") {
         outbound::outbound(&guests, &mut rows).await;
+    }
+    if want("console") {
+        console::console(&guests, &mut rows).await;
     }
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!();

@@ -388,6 +388,26 @@ async fn crashed_leader_with(name: &str, sink: Sink, provider: bool) {
             })
             .count();
         assert_eq!(resumed - handed, 1);
+        // The record says who ran which steps: the killed leader, then a successor with a
+        // higher token that took the run at a later step.
+        let rec = run_records(&b.redis, "billing")
+            .await
+            .into_iter()
+            .find(|r| r["period"] == period)
+            .unwrap();
+        let ran_by = rec["ran_by"].as_array().cloned().unwrap_or_default();
+        let killed = format!("n{leader}");
+        assert!(ran_by.iter().any(|t| t["node"] == killed), "{rec}");
+        let last = ran_by.last().unwrap();
+        assert_ne!(last["node"], killed, "{rec}");
+        assert!(
+            ran_by
+                .windows(2)
+                .all(|w| w[0]["token"].as_u64() <= w[1]["token"].as_u64()
+                    && w[0]["from_step"].as_u64() <= w[1]["from_step"].as_u64()),
+            "{rec}"
+        );
+        assert!(last["from_step"].as_u64() >= Some(1), "{rec}");
     })
     .await;
 }

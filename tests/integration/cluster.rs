@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use leasehold::coord::fence::{self, FenceError, Refusal, TermWrite};
 use leasehold::coord::lease::{self, Acquired, Campaign};
+use leasehold::coord::terms::TermEnd;
 use leasehold::store::keys::JobKeys;
 use leasehold::store::{Conn, slot_of};
 use leasehold_harness::RedisCluster;
@@ -170,7 +171,11 @@ async fn leases_fences_and_batches_work_across_primaries() {
             ));
         }
         let k = &jobs[0];
-        assert!(lease::release(&mut conn, k, "n1:a").await.unwrap());
+        assert!(
+            lease::release(&mut conn, k, "n1:a", TermEnd::Released)
+                .await
+                .unwrap()
+        );
         let gone = fence::unchecked::invoke(
             &mut conn,
             k,

@@ -126,8 +126,8 @@ async fn a_leading_guest_can_only_write_its_own_keys_through_the_fence() {
         assert!(!data.join("written-by-guest").exists());
         let v: Option<String> = c.get(keys.data("probe/value")).await.unwrap();
         assert_eq!(v.as_deref(), Some("step 0"));
-        // Nothing but the lease, the counter, the fence, the one value and its count exists in
-        // Redis.
+        // Nothing but the lease, the counter, the fence, the term history the acquire wrote, the
+        // one value and its count exists in Redis.
         let mut all: Vec<String> = c.keys("*").await.unwrap();
         all.sort();
         assert_eq!(
@@ -136,6 +136,7 @@ async fn a_leading_guest_can_only_write_its_own_keys_through_the_fence() {
                 keys.data("probe/value"),
                 keys.fence(),
                 keys.lease(),
+                keys.terms(),
                 keys.token(),
                 keys.usage()
             ]

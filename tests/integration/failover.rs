@@ -9,6 +9,9 @@ use leasehold_harness::fixtures::write_generated_day;
 use redis::AsyncCommands;
 use serde_json::Value;
 
+use leasehold::coord::terms::{TermEnd, TermRecord};
+use leasehold::store::keys::JobKeys;
+
 use crate::harness::{
     self, HostProcess, LEASEHOLD, RedisServer, TempDir, deadline, guests, wait_for,
 };
@@ -132,6 +135,115 @@ impl Cluster {
 
     fn trigger(&self) {
         harness::trigger(&self.redis, "reconciliation", PERIOD);
+    }
+
+    /// The job's term history (newest first), every entry parsed, in token order, and one
+    /// entry for every term a host logged ("became leader").
+    async fn terms(&self) -> Vec<TermRecord> {
+        let keys = JobKeys::new("reconciliation");
+        let (terms, bad) =
+            leasehold::coord::terms::history(&mut self.redis.conn().await, &keys, 100)
+                .await
+                .unwrap();
+        assert_eq!(bad, 0, "unparsed entries in {terms:?}");
+        assert!(
+            terms.windows(2).all(|w| w[0].token > w[1].token),
+            "{terms:?}"
+        );
+        let mut logged: Vec<u64> = self
+            .hosts
+            .iter()
+            .flat_map(|h| h.log_lines_with("became leader"))
+            .map(|l| token_of(&l))
+            .collect();
+        logged.sort_unstable_by(|a, b| b.cmp(a));
+        let stored: Vec<u64> = terms.iter().map(|t| t.token).collect();
+        assert_eq!(stored, logged, "the history holds exactly the logged terms");
+        terms
+    }
+
+    /// The job's preferred member once it leads (so no hand-over moves the run), and the
+    /// token of its term.
+    async fn settled_leader(&self) -> (usize, u64) {
+        let i = self.preferred_leader().await;
+        let owner = self.lease_holder().await;
+        let line = wait_for(
+            "the leader's term in its log",
+            Duration::from_secs(10),
+            || {
+                let line = self.hosts[i]
+                    .log_lines_with("became leader")
+                    .into_iter()
+                    .find(|l| l.contains(&owner));
+                async move { line }
+            },
+        )
+        .await;
+        (i, token_of(&line))
+    }
+
+    /// The owner (`node:uuid`) the job's lease holds now.
+    async fn lease_holder(&self) -> String {
+        self.redis
+            .conn()
+            .await
+            .get("lh:{reconciliation}:lease")
+            .await
+            .unwrap()
+    }
+
+    /// How many terms each host has logged so far (for [`Cluster::new_leader`]).
+    fn terms_logged(&self) -> Vec<usize> {
+        self.hosts
+            .iter()
+            .map(|h| h.log_lines_with("became leader").len())
+            .collect()
+    }
+
+    /// The first host other than `except` to log a term beyond `before` (its count from
+    /// [`Cluster::terms_logged`]), and that term's log line.
+    async fn new_leader(
+        &self,
+        before: &[usize],
+        except: usize,
+        limit: Duration,
+    ) -> (usize, String) {
+        wait_for("a new leader", limit, || {
+            let found = (0..self.hosts.len())
+                .filter(|i| *i != except)
+                .find_map(|i| {
+                    let lines = self.hosts[i].log_lines_with("became leader");
+                    lines.get(before[i]).map(|l| (i, l.clone()))
+                });
+            async move { found }
+        })
+        .await
+    }
+
+    /// Host `i`'s latest term's token.
+    fn last_token(&self, i: usize) -> u64 {
+        token_of(
+            self.hosts[i]
+                .log_lines_with("became leader")
+                .last()
+                .expect("a term"),
+        )
+    }
+
+    /// Waits until the term with `token` ended as `how` (by host `i`), and returns the history.
+    async fn term_ended(&self, token: u64, i: usize, how: &[TermEnd]) -> Vec<TermRecord> {
+        let want = format!("term {token} to end as {how:?}");
+        let terms = wait_for(&want, Duration::from_secs(30), || async {
+            let terms = self.terms().await;
+            let t = terms.iter().find(|t| t.token == token)?;
+            t.end.filter(|e| how.contains(e))?;
+            Some(terms)
+        })
+        .await;
+        let t = terms.iter().find(|t| t.token == token).unwrap();
+        assert_eq!(t.node, format!("n{i}"), "{t:?}");
+        assert!(t.ended_ms.unwrap() >= t.started_ms, "{t:?}");
+        terms
     }
 
     async fn record(&self) -> Option<Value> {
@@ -306,13 +418,15 @@ fn token_of(line: &str) -> u64 {
 async fn a_crashed_leader_is_replaced_and_the_run_finishes_from_its_checkpoint() {
     deadline(Duration::from_secs(300), async {
         let cluster = Cluster::start("crash", 30_000, "1s", "200ms").await;
-        let (first, first_token) = cluster.first_leader().await;
+        let (first, first_token) = cluster.settled_leader().await;
         cluster.trigger_and_wait(first, 3).await;
         let mut cluster = cluster;
+        let killed = cluster.last_token(first);
+        let before = cluster.terms_logged();
         cluster.hosts[first].kill();
 
-        let second = cluster
-            .host_logging("became leader", Some(first), Duration::from_secs(30))
+        let (second, _) = cluster
+            .new_leader(&before, first, Duration::from_secs(30))
             .await;
         let record = cluster.wait_done(Duration::from_secs(120)).await;
         cluster.assert_finished_by(&record, second);
@@ -331,6 +445,11 @@ async fn a_crashed_leader_is_replaced_and_the_run_finishes_from_its_checkpoint()
         // Both terms wrote; the second never overlapped the first.
         assert!(history.applied.iter().any(|a| a.token == first_token));
         assert!(history.applied.iter().any(|a| a.token == second_token));
+        // The term history: the killed leader's term never said how it ended (crashed); the
+        // successor's is there.
+        let terms = cluster.term_ended(killed, first, &[TermEnd::Crashed]).await;
+        let now = terms.iter().find(|t| t.token == second_token).unwrap();
+        assert_eq!(now.node, record["node"].as_str().unwrap(), "{now:?}");
     })
     .await;
 }
@@ -339,14 +458,23 @@ async fn a_crashed_leader_is_replaced_and_the_run_finishes_from_its_checkpoint()
 async fn a_frozen_leader_wakes_as_a_zombie_and_changes_nothing() {
     deadline(Duration::from_secs(300), async {
         let cluster = Cluster::start("zombie", 30_000, "1s", "200ms").await;
-        let (first, first_token) = cluster.first_leader().await;
+        let (first, first_token) = cluster.settled_leader().await;
         cluster.trigger_and_wait(first, 2).await;
+        let paused = cluster.last_token(first);
+        // The frozen term's owner (the host, back, may later lead again in a term of its own).
+        let first_owner = owner_of(
+            cluster.hosts[first]
+                .log_lines_with("became leader")
+                .last()
+                .unwrap(),
+        );
+        let before = cluster.terms_logged();
         cluster.hosts[first].pause();
 
-        let second = cluster
-            .host_logging("became leader", Some(first), Duration::from_secs(30))
+        let (second, took_over) = cluster
+            .new_leader(&before, first, Duration::from_secs(30))
             .await;
-        let second_token = token_of(&cluster.hosts[second].log_lines_with("became leader")[0]);
+        let second_token = token_of(&took_over);
         assert!(second_token > first_token);
         cluster.hosts[second]
             .wait_for_log("resuming run from its checkpoint", Duration::from_secs(30))
@@ -361,7 +489,6 @@ async fn a_frozen_leader_wakes_as_a_zombie_and_changes_nothing() {
         cluster.assert_finished_by(&record, second);
         let history = cluster.assert_one_correct_result().await;
         // Nothing of the zombie's term was applied after its successor's term began.
-        let first_owner = owner_of(&cluster.hosts[first].log_lines_with("became leader")[0]);
         let (takeover, _, _) = history
             .terms
             .iter()
@@ -376,6 +503,10 @@ async fn a_frozen_leader_wakes_as_a_zombie_and_changes_nothing() {
             late.is_empty(),
             "zombie writes applied after the takeover: {late:?}"
         );
+        // Back, the zombie says how its term ended in place of the successor's `crashed`.
+        cluster
+            .term_ended(paused, first, &[TermEnd::Expired, TermEnd::Fenced])
+            .await;
     })
     .await;
 }
@@ -385,8 +516,10 @@ async fn a_leader_stopped_with_sigterm_hands_over_without_waiting_for_its_lease(
     // A 60 s lease and a 45 s test budget for the handover: only the release can do it.
     deadline(Duration::from_secs(300), async {
         let cluster = Cluster::start("graceful", 30_000, "60s", "5s").await;
-        let (first, _) = cluster.first_leader().await;
+        let (first, _) = cluster.settled_leader().await;
         cluster.trigger_and_wait(first, 2).await;
+        let stopped = cluster.last_token(first);
+        let before = cluster.terms_logged();
         let mut cluster = cluster;
         assert!(
             cluster.hosts[first]
@@ -398,8 +531,8 @@ async fn a_leader_stopped_with_sigterm_hands_over_without_waiting_for_its_lease(
             cluster.hosts[first].log_lines_with("released lease").len(),
             1
         );
-        let second = cluster
-            .host_logging("became leader", Some(first), Duration::from_secs(45))
+        let (second, _) = cluster
+            .new_leader(&before, first, Duration::from_secs(45))
             .await;
         let record = cluster.wait_done(Duration::from_secs(120)).await;
         cluster.assert_finished_by(&record, second);
@@ -407,6 +540,9 @@ async fn a_leader_stopped_with_sigterm_hands_over_without_waiting_for_its_lease(
             .wait_for_log("resuming run from its checkpoint", Duration::from_secs(5))
             .await;
         cluster.assert_one_correct_result().await;
+        cluster
+            .term_ended(stopped, first, &[TermEnd::Released])
+            .await;
         let _ = &cluster.dir;
     })
     .await;
@@ -466,13 +602,7 @@ async fn redis_restart(aof: bool) {
 
     // Hand over once more: the next term's token is above every earlier one. The leader now is
     // the lease's holder (balancing may have handed the job on after the run).
-    let holder: String = cluster
-        .redis
-        .conn()
-        .await
-        .get("lh:{reconciliation}:lease")
-        .await
-        .unwrap();
+    let holder = cluster.lease_holder().await;
     let leader: usize = holder.split(':').next().unwrap()[1..].parse().unwrap();
     let highest = all_terms(&cluster).into_iter().max().unwrap();
     assert!(
@@ -519,19 +649,21 @@ fn timestamp_of(line: &str) -> String {
 /// as a follower.
 async fn cut_off(name: &str, fault: Fault) {
     let cluster = Cluster::start_proxied(name, 30_000, "1s", "200ms").await;
-    let (first, _) = cluster.first_leader().await;
+    let (first, _) = cluster.settled_leader().await;
     cluster.trigger_and_wait(first, 2).await;
+    let cut = cluster.last_token(first);
     let followed_before = cluster.hosts[first].log_lines_with("\"following\"").len();
+    let before = cluster.terms_logged();
     cluster.proxies[first].set(fault);
 
-    let second = cluster
-        .host_logging("became leader", Some(first), Duration::from_secs(30))
+    let (second, took_over) = cluster
+        .new_leader(&before, first, Duration::from_secs(30))
         .await;
     let stopped = cluster.hosts[first]
         .wait_for_log("stopped leading", Duration::from_secs(30))
         .await;
     assert!(stopped.contains("local lease deadline passed"), "{stopped}");
-    let took_over = &cluster.hosts[second].log_lines_with("became leader")[0];
+    let took_over = &took_over;
     assert!(
         timestamp_of(&stopped) <= timestamp_of(took_over),
         "n{first} acted until {} but n{second} led from {}",
@@ -552,6 +684,10 @@ async fn cut_off(name: &str, fault: Fault) {
     let record = cluster.wait_done(Duration::from_secs(120)).await;
     cluster.assert_finished_by(&record, second);
     cluster.assert_one_correct_result().await;
+    // Cut off when its term ended, the host reported how once Redis answered again.
+    cluster
+        .term_ended(cut, first, &[TermEnd::Expired, TermEnd::Fenced])
+        .await;
 }
 
 #[tokio::test]

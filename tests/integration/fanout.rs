@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use leasehold::coord::fence::{self, Bookkeeping, FenceError, Refusal, TermWrite};
 use leasehold::coord::lease::{self, Acquired};
+use leasehold::coord::terms::TermEnd;
 use leasehold::exec::tasks::{self, Attempt, Completed, RunOf, Submitted};
 use leasehold::store::keys::JobKeys;
 use redis::AsyncCommands;
@@ -755,7 +756,11 @@ async fn task_results_are_fenced_by_the_submitting_term_and_the_workers_claim() 
         assert_eq!(first.len(), 1);
         assert_eq!(first[0].token, a);
         // A new term begins: the old term's result is refused, and a submit of the old term too.
-        assert!(lease::release(&mut c, &keys, "a:1").await.unwrap());
+        assert!(
+            lease::release(&mut c, &keys, "a:1", TermEnd::Released)
+                .await
+                .unwrap()
+        );
         let b = grant(lease::acquire(&mut c, &keys, "b:1", ttl).await.unwrap());
         let out = Attempt::Output(b"old".to_vec());
         let late = tasks::complete(&mut c, &keys, &first[0], &out, 3, Duration::ZERO, u64::MAX)

@@ -161,6 +161,7 @@ async fn hostile_with(mode: &str, end_status: &str, sidecar: Option<&str>) -> Af
             "usage",
             "schedule",
             "runs",
+            "terms",
         ]
         .contains(&rest)
             || rest.starts_with("run:")
@@ -208,6 +209,13 @@ async fn a_panic_fails_only_its_run_and_its_message_reaches_the_record_and_the_l
             "the job's last stderr lines:\nthread '<unnamed>'",
         );
         failed_with(&a, "trap", "probe panics on purpose in step 0");
+        // And in a field of its own, for the console and `runs`.
+        let stderr = a.record["stderr"].as_str().unwrap_or_default();
+        assert!(
+            stderr.contains("probe panics on purpose in step 0"),
+            "{}",
+            a.record
+        );
         let said = a.host.log_lines_with("probe panics on purpose");
         assert!(
             said.iter().any(|l| l.contains("\"job\":\"probe\"")),

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use leasehold::coord::lease::{self, Acquired};
+use leasehold::coord::terms::TermEnd;
 use leasehold::store::keys::JobKeys;
 use redis::AsyncCommands;
 
@@ -188,9 +189,11 @@ async fn lease_cases() {
                 Op::Renew(owner) => {
                     Expect::Renewed(lease::renew(&mut conn, &keys, owner, TTL).await.unwrap())
                 }
-                Op::Release(owner) => {
-                    Expect::Released(lease::release(&mut conn, &keys, owner).await.unwrap())
-                }
+                Op::Release(owner) => Expect::Released(
+                    lease::release(&mut conn, &keys, owner, TermEnd::Released)
+                        .await
+                        .unwrap(),
+                ),
             };
             assert_eq!(got, case.expect, "case: {}", case.name);
             let holder: Option<String> = conn.get(keys.lease()).await.unwrap();
@@ -344,6 +347,117 @@ async fn campaigns_sent_at_the_same_moment_are_all_answered() {
             }
         }
         assert_eq!(granted, 25);
+    })
+    .await;
+}
+
+/// The term history, script by script: the acquire adds the term (and closes an open
+/// predecessor as `crashed`), a release closes only its own entry, a holder back after its
+/// successor began may only say why it went quiet, and the list keeps at most `KEPT` terms.
+#[tokio::test]
+async fn the_term_history_is_written_by_the_lease_scripts_alone() {
+    use leasehold::coord::terms::{KEPT, history};
+    deadline(Duration::from_secs(30), async {
+        let redis = RedisServer::start().await;
+        let mut c = redis.conn().await;
+        let keys = JobKeys::new("terms");
+        let ends =
+            |terms: &[leasehold::coord::terms::TermRecord]| -> Vec<(String, Option<TermEnd>)> {
+                terms.iter().map(|t| (t.owner.clone(), t.end)).collect()
+            };
+        let granted = |a: Acquired| matches!(a, Acquired::Granted { .. });
+        assert!(granted(
+            lease::acquire(&mut c, &keys, "a:1", TTL).await.unwrap()
+        ));
+        let (terms, bad) = history(&mut c, &keys, 10).await.unwrap();
+        assert_eq!((ends(&terms), bad), (vec![("a:1".into(), None)], 0));
+        assert_eq!(terms[0].node, "a");
+        // a's lease runs out unreleased; b's acquire closes a's entry as crashed.
+        let _: () = c.del(keys.lease()).await.unwrap();
+        assert!(granted(
+            lease::acquire(&mut c, &keys, "b:1", TTL).await.unwrap()
+        ));
+        let (terms, _) = history(&mut c, &keys, 10).await.unwrap();
+        assert_eq!(
+            ends(&terms),
+            vec![("b:1".into(), None), ("a:1".into(), Some(TermEnd::Crashed))]
+        );
+        assert!(terms[0].token > terms[1].token);
+        // a, back, says it was fenced; saying so again, or "released", changes nothing more.
+        assert!(
+            !lease::release(&mut c, &keys, "a:1", TermEnd::Fenced)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !lease::release(&mut c, &keys, "a:1", TermEnd::Expired)
+                .await
+                .unwrap()
+        );
+        // An owner that never held a term adds nothing.
+        assert!(
+            !lease::release(&mut c, &keys, "z:9", TermEnd::Released)
+                .await
+                .unwrap()
+        );
+        let (terms, _) = history(&mut c, &keys, 10).await.unwrap();
+        assert_eq!(
+            ends(&terms),
+            vec![("b:1".into(), None), ("a:1".into(), Some(TermEnd::Fenced))]
+        );
+        // b, still the fence's, releases: its own entry only; nothing can reopen it.
+        assert!(
+            lease::release(&mut c, &keys, "b:1", TermEnd::Released)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !lease::release(&mut c, &keys, "b:1", TermEnd::Fenced)
+                .await
+                .unwrap()
+        );
+        let (terms, _) = history(&mut c, &keys, 10).await.unwrap();
+        assert_eq!(terms[0].end, Some(TermEnd::Released));
+        assert!(terms[0].ended_ms.unwrap() >= terms[0].started_ms);
+        // A release asked for a lease that ran out before it, with no later term: expired.
+        assert!(granted(
+            lease::acquire(&mut c, &keys, "c:1", TTL).await.unwrap()
+        ));
+        let _: () = c.del(keys.lease()).await.unwrap();
+        assert!(
+            !lease::release(&mut c, &keys, "c:1", TermEnd::Released)
+                .await
+                .unwrap()
+        );
+        let (terms, _) = history(&mut c, &keys, 1).await.unwrap();
+        assert_eq!(ends(&terms), vec![("c:1".into(), Some(TermEnd::Expired))]);
+        // Capped: the newest KEPT terms stay.
+        for i in 0..KEPT + 5 {
+            let owner = format!("n:{i}");
+            assert!(granted(
+                lease::acquire(&mut c, &keys, &owner, TTL).await.unwrap()
+            ));
+            assert!(
+                lease::release(&mut c, &keys, &owner, TermEnd::Released)
+                    .await
+                    .unwrap()
+            );
+        }
+        let len: usize = c.llen(keys.terms()).await.unwrap();
+        assert_eq!(len, KEPT);
+        let (terms, _) = history(&mut c, &keys, 100).await.unwrap();
+        assert_eq!(terms[0].owner, format!("n:{}", KEPT + 4));
+        // A history key of another type is left alone: the job still gets a leader.
+        let _: () = c.del(&[keys.terms(), keys.lease()]).await.unwrap();
+        let _: () = c.set(keys.terms(), "x").await.unwrap();
+        assert!(granted(
+            lease::acquire(&mut c, &keys, "d:1", TTL).await.unwrap()
+        ));
+        assert!(
+            lease::release(&mut c, &keys, "d:1", TermEnd::Released)
+                .await
+                .unwrap()
+        );
     })
     .await;
 }

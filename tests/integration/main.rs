@@ -57,6 +57,12 @@ mod bookkeeping;
 // the fence row, every escape from the transaction refused, a frozen, killed or cut-off leader's
 // transaction never landing, a database ahead of Redis's tokens, `leasehold db init`.
 mod sql;
+// The operator console over HTTP with three replicas: the cluster on every node, sign-in and
+// CSRF (a refused action changes nothing), hostile guest text escaped, a crash followed.
+mod console;
+// The console in headless Chromium (chromedriver, WebDriver): a crash followed without a reload,
+// sign-in and trigger from the page, hostile text inert, every action reachable by keyboard.
+mod browser;
 // Outbound HTTP under the token (`wasi:http`, a fenced receiver in the harness): granted
 // destinations only, the token headers the guest cannot touch, the limits, and a zombie's late
 // request never sent or refused by the receiver.

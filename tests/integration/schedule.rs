@@ -202,8 +202,24 @@ async fn a_daily_job_at_0230_runs_once_per_local_day_across_both_dst_transitions
 #[tokio::test]
 async fn a_failed_step_is_retried_under_the_retry_policy_and_each_attempt_recorded() {
     deadline(Duration::from_secs(120), async {
-        let sidecar = "[retry]\nattempts = 3\nbackoff = \"100ms\"\n";
+        let sidecar = "[retry]\nattempts = 3\nbackoff = \"1s\"\n";
         let s = setup("probe", Some(sidecar), &[("mode", "flaky")], None).await;
+        // Waiting for its retry, the record keeps the failed step's stderr.
+        let pending = wait_for(
+            "the retry to be pending",
+            Duration::from_secs(60),
+            || async {
+                run_records(&s.redis, "probe")
+                    .await
+                    .into_iter()
+                    .find(|r| r["status"] == "pending" && r["attempt"] == 2)
+            },
+        )
+        .await;
+        assert_eq!(
+            pending["stderr"], "probe: flaky, failing attempt 1",
+            "{pending}"
+        );
         let records = final_records(&s.redis, "probe", 1).await;
         let r = records.values().next().unwrap();
         assert_eq!(r["status"], "done", "{r}");
@@ -212,6 +228,8 @@ async fn a_failed_step_is_retried_under_the_retry_policy_and_each_attempt_record
         assert_eq!(attempts.len(), 1, "{r}");
         assert_eq!(attempts[0]["failure"], "job-error");
         assert_eq!(attempts[0]["error"], "job failed: flaky on attempt 1");
+        // The step that then succeeded cleared it.
+        assert!(r.get("stderr").is_none(), "{r}");
         drop(s);
 
         // A trap on every attempt: failed after the last one, every attempt in the record.

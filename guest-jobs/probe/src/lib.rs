@@ -6,7 +6,7 @@
 //! refused at load, see the `netjob` fixture.) A misbehaviour may be chosen instead, by the
 //! file `/data/mode` (when the job runs in a host) or else by `run.period` (in-process tests):
 //! - `unreachable`: execute wasm's `unreachable`;
-//! - `flaky`: fail on the first attempt, succeed on the next;
+//! - `flaky`: fail on the first attempt (a line on stderr, then `failed`), succeed on the next;
 //! - `panic`: panic with a message;
 //! - `spin`: compute forever without ever asking `still-leader`;
 //! - `oom`: allocate without bound;
@@ -19,6 +19,9 @@
 //!   the error): a job that would fill Redis, stopped by its storage quota;
 //! - `batch`: `store.write-many` three keys, then batches with an invalid key, a value over the
 //!   write limit, and a key written twice, and report each outcome as a line of its state;
+//! - `hostile`: write markup to stderr (`<script>`, an attribute breakout, then a 1,500-character
+//!   unbroken line) and fail with the markup and a 3,000-character unbroken word, for the
+//!   console's escaping tests;
 //! - `delete`: write `d/1`..`d/3`, `store.delete` `d/2`, `d/3`, `d/404` (never written) and
 //!   `../escape`, and report each outcome as a line of its state.
 
@@ -50,6 +53,7 @@ impl Guest for Probe {
         match mode.as_str() {
             "unreachable" => core::arch::wasm32::unreachable(),
             "flaky" if run.attempt < 2 => {
+                eprintln!("probe: flaky, failing attempt {}", run.attempt);
                 return Err(JobError::Failed(format!(
                     "flaky on attempt {}",
                     run.attempt
@@ -180,6 +184,12 @@ impl Guest for Probe {
                 }
             }
             "panic" => panic!("probe panics on purpose in step {step}"),
+            "hostile" => {
+                let markup = "<script>document.title='pwned'</script>\"><img src=x onerror=\"document.title='pwned'\">";
+                eprintln!("{markup}");
+                eprintln!("{}", "V".repeat(1500));
+                return Err(JobError::Failed(format!("{markup} {}", "W".repeat(3000))));
+            }
             "oom" => {
                 let mut hoard: Vec<Vec<u8>> = Vec::new();
                 loop {

@@ -75,7 +75,7 @@ async fn round_trips(addr: &str) -> BTreeMap<String, f64> {
 }
 
 /// A connection that waits for Redis as long as a busy Redis needs (10,000 jobs starting).
-async fn patient(redis: &RedisServer) -> leasehold::store::Conn {
+pub(crate) async fn patient(redis: &RedisServer) -> leasehold::store::Conn {
     leasehold::store::Conn::connect(
         &redis.url(),
         Duration::from_secs(5),
@@ -86,7 +86,7 @@ async fn patient(redis: &RedisServer) -> leasehold::store::Conn {
 }
 
 /// Job → the node whose term holds its lease now.
-async fn owners(c: &mut leasehold::store::Conn) -> BTreeMap<String, String> {
+pub(crate) async fn owners(c: &mut leasehold::store::Conn) -> BTreeMap<String, String> {
     let keys: Vec<String> = c.keys("lh:*:lease").await.unwrap();
     let mut out = BTreeMap::new();
     for chunk in keys.chunks(1000) {
@@ -122,7 +122,7 @@ fn balanced(s: &BTreeMap<String, usize>, nodes: &[&str], n: usize) -> bool {
 
 /// A replica logging at `info` (JSON): the debug events the tests read (a line per renewal
 /// and per write) would cost more CPU than the work measured. TTL 10 s, heartbeat 2 s.
-fn start_host(redis: &RedisServer, jobs: &Path, cache: &Path, i: usize) -> HostProcess {
+pub(crate) fn start_host(redis: &RedisServer, jobs: &Path, cache: &Path, i: usize) -> HostProcess {
     start_host_timed(redis, jobs, cache, i, ("10s", "2s"))
 }
 
@@ -172,7 +172,11 @@ fn preferred_everywhere(owners: &BTreeMap<String, String>, nodes: &[&str]) -> bo
 }
 
 /// A jobs directory of `n` jobs: one component, a sidecar name each (`bench-00000`, …).
-fn jobs_dir(guests: &Path, dir: &TempDir, n: usize) -> (std::path::PathBuf, std::path::PathBuf) {
+pub(crate) fn jobs_dir(
+    guests: &Path,
+    dir: &TempDir,
+    n: usize,
+) -> (std::path::PathBuf, std::path::PathBuf) {
     let (jobs, cache) = (dir.join("jobs"), dir.join("cache"));
     std::fs::create_dir_all(&jobs).unwrap();
     place(&guests.join("benchjob.wasm"), &jobs.join("b00000.wasm"));

@@ -371,6 +371,9 @@ pub(crate) struct RunsArgs {
     /// One JSON record per line instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// The job's terms instead (who led when, with which token, how each ended).
+    #[arg(long)]
+    pub terms: bool,
 }
 
 /// Flags of `leasehold purge`.

@@ -1,7 +1,8 @@
 //! `leasehold runs JOB`: a job's run history, newest first, one line per period, with the
 //! period's earlier attempts (retried failures, re-run final records) and, while a run waits for
 //! its fan-out tasks, their states, attempts and workers. `--json`: one record per line, with a
-//! `tasks` list added to a run that has tasks.
+//! `tasks` list added to a run that has tasks. `--terms`: the job's term history instead
+//! ([`leasehold::coord::terms`]), newest first.
 
 use leasehold::exec::runs::{self, RunRecord};
 use leasehold::exec::spec::validate_job_name;
@@ -19,6 +20,9 @@ pub(super) async fn list(args: RunsArgs) -> anyhow::Result<()> {
     validate_job_name(job)?;
     let mut conn = connect_cli(&args.job.redis_url).await?;
     let keys = JobKeys::new(job);
+    if args.terms {
+        return list_terms(&mut conn, &keys, &args).await;
+    }
     let records = runs::history(&mut conn, &keys, args.limit.max(1)).await?;
     let mut with_tasks = Vec::with_capacity(records.len());
     for r in records {
@@ -62,6 +66,47 @@ pub(super) async fn list(args: RunsArgs) -> anyhow::Result<()> {
             );
         }
         print_tasks(&tasks);
+    }
+    Ok(())
+}
+
+/// `--terms`: the job's terms, newest first.
+async fn list_terms(
+    conn: &mut leasehold::store::Conn,
+    keys: &JobKeys,
+    args: &RunsArgs,
+) -> anyhow::Result<()> {
+    let (terms, unparsed) = leasehold::coord::terms::history(conn, keys, args.limit).await?;
+    if args.json {
+        for t in &terms {
+            println!("{}", serde_json::to_value(t)?);
+        }
+    } else if terms.is_empty() {
+        println!("{} has no terms recorded", keys.job());
+    } else {
+        println!(
+            "{:<18} {:<12} {:<24} {:<24} ENDED",
+            "TOKEN", "NODE", "BEGAN", "UNTIL"
+        );
+        let at = |ms: u64| {
+            chrono::DateTime::from_timestamp_millis(ms as i64).map_or_else(
+                || ms.to_string(),
+                |t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            )
+        };
+        for t in &terms {
+            println!(
+                "{:<18} {:<12} {:<24} {:<24} {}",
+                t.token,
+                t.node,
+                at(t.started_ms),
+                t.ended_ms.map_or_else(|| "-".into(), at),
+                t.end.map_or("leading", |e| e.as_str())
+            );
+        }
+    }
+    if unparsed > 0 {
+        eprintln!("{unparsed} entries of the history could not be read");
     }
     Ok(())
 }

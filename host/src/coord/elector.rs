@@ -41,6 +41,7 @@ use crate::coord::lease::Observed;
 use crate::coord::lease::{self, Acquired};
 use crate::coord::notices::Notice;
 use crate::coord::term::{Replicas, Term, mono_ms};
+use crate::coord::terms::TermEnd;
 use crate::coord::timing::Timing;
 use crate::store::Conn;
 use crate::store::keys::JobKeys;
@@ -134,7 +135,7 @@ enum Woke {
 enum Ended {
     Resigned,
     HandedOver,
-    Lost(String),
+    Lost(String, TermEnd),
 }
 
 impl Elector {
@@ -166,7 +167,15 @@ impl Elector {
         // Whether this campaign follows a lease this host saw run out (a crash, most likely):
         // then failover speed comes first and nobody defers; balance follows by hand-over.
         let mut after_expiry = false;
+        // A term that ended while Redis did not answer: its owner and how it ended, for its
+        // history entry (reported before the next campaign).
+        let mut unreported: Option<(String, TermEnd)> = None;
         while !resign.is_cancelled() {
+            if let Some((owner, how)) = unreported.take()
+                && !self.release_quietly(&mut conn, &owner, how).await
+            {
+                unreported = Some((owner, how));
+            }
             if !after_expiry && let Some(preferred) = self.defer_to(last_holder.as_deref()) {
                 debug!(preferred = %preferred, "not the preferred member: campaigning a heartbeat late");
                 let until = tokio::time::Instant::now() + heartbeat;
@@ -232,7 +241,7 @@ impl Elector {
                         Ended::Resigned => {
                             let released = tokio::time::timeout(
                                 redis_timeout,
-                                lease::release(&mut conn, &self.keys, &owner),
+                                lease::release(&mut conn, &self.keys, &owner, TermEnd::Released),
                             )
                             .await;
                             match released {
@@ -254,7 +263,7 @@ impl Elector {
                         Ended::HandedOver => {
                             let released = tokio::time::timeout(
                                 redis_timeout,
-                                lease::release(&mut conn, &self.keys, &owner),
+                                lease::release(&mut conn, &self.keys, &owner, TermEnd::Released),
                             )
                             .await;
                             info!(
@@ -265,7 +274,7 @@ impl Elector {
                             role.send_replace(Role::Candidate);
                             continue;
                         }
-                        Ended::Lost(why) => {
+                        Ended::Lost(why, how) => {
                             warn!(
                                 token,
                                 at_ms = mono_ms(Instant::now()),
@@ -273,8 +282,11 @@ impl Elector {
                             );
                             role.send_replace(Role::Candidate);
                             // If Redis still holds our lease (a renewal that arrived late),
-                            // give it back so that nobody waits out its TTL.
-                            self.release_quietly(&mut conn, &owner).await;
+                            // give it back so that nobody waits out its TTL; the term's history
+                            // entry says how it ended (asked again until Redis answers).
+                            if !self.release_quietly(&mut conn, &owner, how).await {
+                                unreported = Some((owner, how));
+                            }
                             continue;
                         }
                     }
@@ -286,7 +298,8 @@ impl Elector {
                     warn!(
                         "the campaign found the lease held by this candidacy (an acquire applied twice); giving it back and campaigning again"
                     );
-                    self.release_quietly(&mut conn, &owner).await;
+                    self.release_quietly(&mut conn, &owner, TermEnd::Released)
+                        .await;
                     heartbeat
                 }
                 Ok(Ok(Acquired::Held { holder, ttl })) => {
@@ -326,7 +339,8 @@ impl Elector {
                     role.send_replace(Role::Candidate);
                     // A dropped connection may have carried the acquire to Redis before it
                     // failed: give back whatever it may have taken (owner-checked).
-                    self.release_quietly(&mut conn, &owner).await;
+                    self.release_quietly(&mut conn, &owner, TermEnd::Released)
+                        .await;
                     heartbeat
                 }
                 Err(_) => {
@@ -337,7 +351,8 @@ impl Elector {
                     leader_known(false, &mut leaderless_since);
                     role.send_replace(Role::Candidate);
                     // The acquire may still be applied after we gave up on it.
-                    self.release_quietly(&mut conn, &owner).await;
+                    self.release_quietly(&mut conn, &owner, TermEnd::Released)
+                        .await;
                     heartbeat
                 }
             };
@@ -351,17 +366,19 @@ impl Elector {
         role.send_replace(Role::Stopped);
     }
 
-    /// Releases `owner`'s lease if Redis still holds it (owner-checked), without waiting longer
-    /// than the Redis timeout or complaining: used after a term ended uncleanly.
-    async fn release_quietly(&self, conn: &mut Conn, owner: &str) {
+    /// Releases `owner`'s lease if Redis still holds it (owner-checked) and writes `how` its
+    /// term ended into the term history, without waiting longer than the Redis timeout or
+    /// complaining: used after a term ended uncleanly. False when Redis did not answer.
+    async fn release_quietly(&self, conn: &mut Conn, owner: &str, how: TermEnd) -> bool {
         let released = tokio::time::timeout(
             self.timing.redis_timeout,
-            lease::release(conn, &self.keys, owner),
+            lease::release(conn, &self.keys, owner, how),
         )
         .await;
         if let Ok(Ok(true)) = released {
             info!("gave back a lease Redis still held for a term that had ended");
         }
+        matches!(released, Ok(Ok(_)))
     }
 
     /// The node of the owner the last release notice named, if it named one.
@@ -465,18 +482,18 @@ impl Elector {
                         crate::metrics::get().renewed(job, sent.elapsed());
                         debug!(token, sent_ms = mono_ms(sent), deadline_ms = term.deadline_ms(), "renewed");
                     }
-                    Some(Renewed::NotOurs) => return Ended::Lost("the lease is no longer ours".into()),
+                    Some(Renewed::NotOurs) => return Ended::Lost("the lease is no longer ours".into(), TermEnd::Expired),
                     Some(Renewed::Failed(e)) => warn!(token, deadline_ms = term.deadline_ms(), "renewal failed: {e}"),
                     // The batcher stopped (shutdown): the deadline ends the term.
                     None => {
                         tokio::select! {
                             _ = resign.cancelled() => return Ended::Resigned,
-                            _ = term.ended() => return Ended::Lost(ended_reason(term)),
+                            _ = term.ended() => return ended_lost(term),
                         }
                     }
                 },
                 _ = resign.cancelled() => return Ended::Resigned,
-                _ = term.ended() => return Ended::Lost(ended_reason(term)),
+                _ = term.ended() => return ended_lost(term),
                 Ok(()) = hand_over.changed() => {
                     // Another term's request (an older one) is ignored.
                     if *hand_over.borrow_and_update() == token {
@@ -489,12 +506,18 @@ impl Elector {
     }
 }
 
-fn ended_reason(term: &Term) -> String {
+fn ended_lost(term: &Term) -> Ended {
     // `Term::end` is called by the store when the fence refused a write; otherwise the local
     // deadline passed without a successful renewal.
     if term.deadline().is_none() {
-        "the term was ended (a fenced write was refused)".into()
+        Ended::Lost(
+            "the term was ended (a fenced write was refused)".into(),
+            TermEnd::Fenced,
+        )
     } else {
-        "local lease deadline passed without a successful renewal".into()
+        Ended::Lost(
+            "local lease deadline passed without a successful renewal".into(),
+            TermEnd::Expired,
+        )
     }
 }

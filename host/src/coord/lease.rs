@@ -22,6 +22,13 @@
 //!
 //! Owners are `node-id:uuid`, fresh for every candidacy, so a node that restarts quickly can
 //! never renew or release a lease taken by its previous incarnation.
+//!
+//! The acquire and release scripts also write the job's term history ([`crate::coord::terms`]):
+//! a term's entry is pushed by the script that raises the fence to its token, and closed by
+//! its release.
+//!
+//! Length: the lease scripts side by side (acquire, renew, observe, release, the counter's
+//! raise), so that the checks each one makes, and the history they write, read together.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -29,14 +36,15 @@ use std::time::Duration;
 use redis::Script;
 use redis::aio::ConnectionLike;
 
+use crate::coord::terms::{KEPT, TermEnd};
 use crate::store::keys::JobKeys;
 use crate::store::{Batch, Conn};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
--- KEYS: lease, token counter, fence, wanted.  ARGV: owner, ttl in ms, asking node id (or
--- empty), the job's notice channel.
+-- KEYS: lease, token counter, fence, wanted, term history.  ARGV: owner, ttl in ms, asking
+-- node id (or empty), the job's notice channel, how many terms the history keeps.
 -- Everything is read and checked before anything is written: a script error (a key of the
 -- wrong type, a counter that is not a number) leaves Redis as it was, with no lease held.
 local holder = redis.call('GET', KEYS[1])
@@ -73,6 +81,25 @@ local t = string.format('%.0f', token)
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('SET', KEYS[2], t)
 redis.call('HSET', KEYS[3], 'token', t, 'holder', ARGV[1])
+-- The job's term history (KEYS[5], newest first, ARGV[5] entries at most; see coord/terms.rs).
+-- Informational: a key of another type is left alone rather than keep the job leaderless.
+if redis.call('TYPE', KEYS[5]).ok ~= 'none' and redis.call('TYPE', KEYS[5]).ok ~= 'list' then
+  return {1, t, tonumber(ARGV[2])}
+end
+local ms = string.format('%.0f', math.floor(floor / 1000))
+-- A term still open at the head never said how it ended, and its lease ran out unreleased:
+-- its holder has not been heard from since ('crashed', until it reports back how it ended).
+local head = redis.call('LINDEX', KEYS[5], 0)
+if head then
+  local ok, h = pcall(cjson.decode, head)
+  if ok and type(h) == 'table' and h['end'] == nil then
+    h['end'] = 'crashed'
+    h['ended_ms'] = ms
+    redis.call('LSET', KEYS[5], 0, cjson.encode(h))
+  end
+end
+redis.call('LPUSH', KEYS[5], cjson.encode({token = t, owner = ARGV[1], started_ms = ms}))
+redis.call('LTRIM', KEYS[5], 0, tonumber(ARGV[5]) - 1)
 return {1, t, tonumber(ARGV[2])}
 "#,
     )
@@ -117,13 +144,42 @@ return {1, holder, redis.call('PTTL', KEYS[1])}
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
--- KEYS: lease.  ARGV: owner, release channel.
+-- KEYS: lease, fence, term history.  ARGV: owner, release channel, how the term ended
+-- (released, expired, fenced).
+local released = 0
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[2], ARGV[1])
-  return 1
+  released = 1
 end
-return 0
+-- The term's own entry in the history says how it ended (coord/terms.rs): while the fence is
+-- still the term's (no later term began), an open entry is closed; once a later term began
+-- (and marked this one 'crashed'), the holder, back, may only say why it went quiet (expired,
+-- fenced). A term can neither add an entry nor touch another owner's.
+if redis.call('TYPE', KEYS[3]).ok ~= 'list' then
+  return released
+end
+local how = ARGV[3]
+if released == 0 and how == 'released' then
+  how = 'expired'
+end
+local ours = redis.call('HGET', KEYS[2], 'holder') == ARGV[1]
+local now = redis.call('TIME')
+local ms = string.format('%.0f', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
+for i, raw in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
+  local ok, e = pcall(cjson.decode, raw)
+  if ok and type(e) == 'table' and e['owner'] == ARGV[1] then
+    if (e['end'] == nil and ours) or (e['end'] == 'crashed' and not ours and how ~= 'released') then
+      e['end'] = how
+      if e['ended_ms'] == nil then
+        e['ended_ms'] = ms
+      end
+      redis.call('LSET', KEYS[3], i - 1, cjson.encode(e))
+    end
+    break
+  end
+end
+return released
 "#,
     )
 });
@@ -205,12 +261,19 @@ pub async fn acquire_many(conn: &mut Conn, campaigns: &[Campaign]) -> Vec<LeaseR
         let keys = &c.keys;
         batch.script(
             &ACQUIRE,
-            &[keys.lease(), keys.token(), keys.fence(), keys.wanted()],
+            &[
+                keys.lease(),
+                keys.token(),
+                keys.fence(),
+                keys.wanted(),
+                keys.terms(),
+            ],
             (
                 &c.owner,
                 c.ttl.as_millis() as u64,
                 c.ask.as_deref().unwrap_or(""),
                 keys.notice_channel(),
+                KEPT,
             ),
         );
     }
@@ -234,10 +297,12 @@ fn acquire_invocation<'a>(
     i.key(keys.token())
         .key(keys.fence())
         .key(keys.wanted())
+        .key(keys.terms())
         .arg(owner)
         .arg(ttl.as_millis() as u64)
         .arg(ask.unwrap_or(""))
-        .arg(keys.notice_channel());
+        .arg(keys.notice_channel())
+        .arg(KEPT);
     i
 }
 
@@ -348,15 +413,24 @@ pub fn observed(reply: redis::RedisResult<redis::Value>) -> LeaseResult<Observed
 
 /// Deletes the lease if `owner` still holds it and announces it on the job's release channel
 /// (followers campaign at once); `Ok(false)` if it was not ours any more.
+///
+/// The same script writes how the term ended into its entry of the job's term history
+/// ([`crate::coord::terms`]): `how` as given while the lease was still ours (`Expired` when it
+/// was gone already), or, once a later term has begun, only `Expired` or `Fenced` in place of
+/// the `crashed` that term assumed.
 pub async fn release<C: ConnectionLike>(
     conn: &mut C,
     keys: &JobKeys,
     owner: &str,
+    how: TermEnd,
 ) -> LeaseResult<bool> {
     let released: i64 = RELEASE
         .key(keys.lease())
+        .key(keys.fence())
+        .key(keys.terms())
         .arg(owner)
         .arg(keys.released_channel())
+        .arg(how.as_str())
         .invoke_async(conn)
         .await?;
     Ok(released == 1)

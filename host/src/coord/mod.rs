@@ -4,7 +4,7 @@
 //! it registers there ([`heartbeat::Read`], [`heartbeat::Member::tasks`]).
 //!
 //! * [`lease`] — the lease scripts (campaign, renew, release, observe); [`term`] — a term and
-//!   its local deadline; [`timing`] — the lease timings and their relations (I4).
+//!   its local deadline; [`terms`] — the capped history of a job's terms; [`timing`] — the lease timings and their relations (I4).
 //! * [`fence`] — the one way a term writes (the fenced-write script, its bookkeeping);
 //!   [`checks`] — the term and claim checks every script shares, and their refusals;
 //!   [`quota`] — per-job storage quotas, counted by the fenced-write script.
@@ -26,4 +26,5 @@ pub mod members;
 pub mod notices;
 pub mod quota;
 pub mod term;
+pub mod terms;
 pub mod timing;

@@ -262,6 +262,7 @@ impl Workers {
             conn: self.conn.clone(),
             data_dir,
             work: Work::Task(task.claim.clone()),
+            stderr: Default::default(),
         };
         let run = RunInfo {
             period: task.period.clone(),

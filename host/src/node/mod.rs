@@ -540,6 +540,7 @@ pub async fn run(
             timing: cfg.timing,
             members: members.clone(),
             counters: counters.clone(),
+            sessions: Default::default(),
         };
         let stop = stop_http.clone().cancelled_owned();
         tasks.spawn(async move {

@@ -103,6 +103,12 @@ impl JobKeys {
         format!("{}fence", self.prefix)
     }
 
+    /// The term history: a capped list of the job's terms, newest first, written by the lease
+    /// scripts (see [`crate::coord::terms`]).
+    pub fn terms(&self) -> String {
+        format!("{}terms", self.prefix)
+    }
+
     /// A guest key inside the job's namespace. `key` must already be validated.
     pub fn data(&self, key: &str) -> String {
         format!("{}data:{key}", self.prefix)

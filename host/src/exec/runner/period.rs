@@ -177,7 +177,9 @@ impl Runner {
                     scheduled_at: record.scheduled_at.clone(),
                     component: version.hash.clone(),
                 }),
+                stderr: Default::default(),
             };
+            let told = ctx.stderr.clone();
             let started = Instant::now();
             let outcome = self
                 .runtime
@@ -185,6 +187,9 @@ impl Runner {
                 .await;
             let took = started.elapsed();
             crate::metrics::get().step(&self.job.spec.name, decide::outcome_word(&outcome), took);
+            // The record keeps the stderr of the step that failed or made the run wait; a step
+            // that succeeds clears it.
+            record.stderr = outcome.as_ref().err().and_then(|_| told.take());
             match outcome {
                 Ok(StepOutcome::Continue(next) | StepOutcome::AwaitTasks(next))
                     if next.len() as u64 > version.spec.limits.write_bytes =>
@@ -376,6 +381,7 @@ impl Runner {
         let keys = &self.keys;
         record.token = term.token();
         record.node = self.node.clone();
+        record.note_writer(term.token(), &self.node);
         record.component = version.hash.clone();
         record.updated_at = now_rfc3339();
         let json = serde_json::to_vec(&record).expect("run records serialize");

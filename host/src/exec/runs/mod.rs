@@ -19,11 +19,13 @@
 //! newest period a leader has accounted for (given a record); it is written through the fence
 //! with those records, so no period is accounted twice or skipped without a record.
 
+mod ran_by;
 mod requests;
 mod state;
 
 use redis::aio::ConnectionLike;
 
+pub use ran_by::{RAN_BY_KEPT, RanBy};
 pub use requests::{
     Cancel, Request, ScheduleCheck, Seen, Triggered, cancel, check_published_schedule,
     published_schedule, request, trigger, validate_period_shape,
@@ -210,6 +212,10 @@ pub struct RunRecord {
     /// Why the run failed or waits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The guest's last stderr lines (at most 2 KiB) in the step that failed, is retried or
+    /// waits; cleared by a step that succeeds. Absent when that step wrote nothing to stderr.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<String>,
     /// The class of the failure, when `failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<FailureKind>,
@@ -220,6 +226,10 @@ pub struct RunRecord {
     /// failures and re-run final records.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attempts: Vec<FailedAttempt>,
+    /// The terms that wrote this record, oldest first (the newest [`RAN_BY_KEPT`]): who ran
+    /// which steps of which attempt. Records written before this field existed have none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ran_by: Vec<RanBy>,
     /// The run waits for the tasks it submitted before its next step (`await-tasks`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub awaiting_tasks: bool,
@@ -256,9 +266,11 @@ impl RunRecord {
             updated_at: now.to_string(),
             finished_at: status.is_final().then(|| now.to_string()),
             error: None,
+            stderr: None,
             failure: None,
             retry_at: None,
             attempts: Vec::new(),
+            ran_by: Vec::new(),
             awaiting_tasks: false,
             earlier_schedule: None,
         }

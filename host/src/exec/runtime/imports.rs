@@ -45,6 +45,26 @@ pub struct StepContext {
     pub data_dir: Option<PathBuf>,
     /// A step of a run, or a task.
     pub work: Work,
+    /// Where the call leaves the guest's last stderr lines when it ends (empty when it wrote
+    /// none): the runner keeps them in the run record of a step that failed or waits.
+    pub stderr: StderrTail,
+}
+
+/// The last lines a guest wrote to stderr in one call, handed back to whoever made the call.
+#[derive(Clone, Debug, Default)]
+pub struct StderrTail(std::sync::Arc<std::sync::Mutex<String>>);
+
+impl StderrTail {
+    /// Replaces what is kept with `tail`.
+    pub(super) fn set(&self, tail: String) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = tail;
+    }
+
+    /// What the call left, `None` when the guest wrote nothing to stderr.
+    pub fn take(&self) -> Option<String> {
+        let tail = std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()));
+        (!tail.is_empty()).then_some(tail)
+    }
 }
 
 impl StepContext {
@@ -68,6 +88,7 @@ impl StepContext {
                 scheduled_at: String::new(),
                 component: String::new(),
             }),
+            stderr: StderrTail::default(),
         }
     }
 }

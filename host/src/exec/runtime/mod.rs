@@ -67,7 +67,7 @@ pub use bindings::leasehold::job::types::{JobError, RunInfo, StepOutcome};
 pub use cache::Compiled;
 pub use error::StepError;
 pub use imports::{
-    BATCH_BYTES, BATCH_ENTRIES, HostState, KEY_MAX, StepContext, Work, validate_key,
+    BATCH_BYTES, BATCH_ENTRIES, HostState, KEY_MAX, StderrTail, StepContext, Work, validate_key,
 };
 pub use load::{LoadError, LoadedJob, sidecar_of};
 

@@ -128,21 +128,26 @@ impl GuestOutput {
     }
 
     /// The last lines written (at most [`STDERR_TAIL`] bytes, whole lines where the cut
-    /// allows), without blank lines; empty when nothing was written.
+    /// allows: a line longer than the tail keeps its end, after `…`), without blank lines;
+    /// empty when nothing was written.
     pub(crate) fn tail(&self) -> String {
         let inner = self.inner.lock().unwrap();
         let bytes: Vec<u8> = inner.tail.iter().copied().collect();
         let text = String::from_utf8_lossy(&bytes);
-        // A cut through the first line drops that line.
-        let whole = match text.find('\n') {
-            Some(at) if bytes.len() == STDERR_TAIL => &text[at + 1..],
-            _ => &text[..],
+        let lines = |t: &str| {
+            t.lines()
+                .filter(|l| !l.trim().is_empty())
+                .collect::<Vec<_>>()
+                .join("\n")
         };
-        whole
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .collect::<Vec<_>>()
-            .join("\n")
+        if bytes.len() < STDERR_TAIL {
+            return lines(&text);
+        }
+        // A cut through the first line drops that line, unless it is all there is.
+        match text.find('\n').map(|at| lines(&text[at + 1..])) {
+            Some(rest) if !rest.is_empty() => rest,
+            _ => format!("…{}", lines(&text)),
+        }
     }
 }
 
@@ -228,5 +233,11 @@ mod tests {
             out.tail(),
             "Traceback (most recent call last):\nValueError: bad row"
         );
+        // One line longer than the tail: its end, marked as cut.
+        w.write_all(format!("{}end\n", "y".repeat(STDERR_TAIL)).as_bytes())
+            .await
+            .unwrap();
+        let tail = out.tail();
+        assert!(tail.starts_with("…y") && tail.ends_with("yend"), "{tail}");
     }
 }

@@ -60,6 +60,7 @@ impl Runtime {
             Call::Task { .. } => None,
         };
         let term = ctx.term.clone();
+        let told = ctx.stderr.clone();
         let limits = job.spec.limits;
         let (mut host_state, stderr) = HostState::new(
             &limits,
@@ -150,6 +151,7 @@ impl Runtime {
                 "guest log lines dropped (more than {} in one step)", self.host_limits.log_lines
             );
         }
+        told.set(stderr.tail());
         let (err_bytes, err_dropped) = stderr.take();
         for line in String::from_utf8_lossy(&err_bytes)
             .lines()

@@ -30,6 +30,7 @@ use crate::node::catalog::{Catalog, JobView};
 use crate::node::config::Timing;
 use crate::store::keys::JobKeys;
 
+mod console;
 mod health;
 use health::{healthz, readyz};
 
@@ -51,6 +52,8 @@ pub(crate) struct Api {
     /// This node's task worker's figures now (its own member entry shows these, not its last
     /// registration's).
     pub counters: std::sync::Arc<crate::exec::workers::Counters>,
+    /// The console's sign-in sessions (see `console::session`).
+    pub sessions: console::Sessions,
 }
 
 /// An error response: a status and a reason.
@@ -81,10 +84,12 @@ pub(crate) fn router(api: Api) -> Router {
         .route("/v1/status", get(status))
         .route("/v1/jobs", get(jobs))
         .route("/v1/jobs/{job}", get(job))
+        .route("/v1/jobs/{job}/terms", get(terms))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .merge(mutating)
+        .merge(console::routes())
         .fallback(|| async {
             ApiError(
                 StatusCode::NOT_FOUND,
@@ -161,7 +166,7 @@ async fn trigger(
     Path(name): Path<String>,
     body: Result<Json<TriggerBody>, JsonRejection>,
 ) -> Result<Response, ApiError> {
-    let job = api.job(&name)?.job;
+    api.job(&name)?;
     let body = match body {
         Ok(Json(b)) => b,
         // An empty body asks for the current period.
@@ -173,11 +178,33 @@ async fn trigger(
             ));
         }
     };
+    let (done, period) = trigger_period(&api, &name, body.period).await?;
+    let status = match done {
+        runs::Triggered::Requested | runs::Triggered::Rerun(_) => StatusCode::ACCEPTED,
+        _ => StatusCode::OK,
+    };
+    Ok(answered(
+        status,
+        &name,
+        &period,
+        done.word(),
+        done.describe(&name, &period),
+    ))
+}
+
+/// Asks for a run of `name`'s `period` (default: the current period), as `POST …/runs` and the
+/// console's trigger and re-run do: what the request did, and the period.
+async fn trigger_period(
+    api: &Api,
+    name: &str,
+    period: Option<String>,
+) -> Result<(runs::Triggered, String), ApiError> {
+    let job = api.job(name)?.job;
     let schedule = &job.spec.schedule;
-    let keys = JobKeys::new(&name);
-    let period = match body.period {
+    let keys = JobKeys::new(name);
+    let period = match period {
         // A period of an earlier schedule with a run record is carried on or run again.
-        Some(p) if schedule.period_by_id(&p).is_none() && has_record(&api, &keys, &p).await? => p,
+        Some(p) if schedule.period_by_id(&p).is_none() && has_record(api, &keys, &p).await? => p,
         Some(p) => {
             schedule
                 .period_by_id(&p)
@@ -224,17 +251,7 @@ async fn trigger(
         async move { runs::trigger(&mut conn, keys, period).await }
     })
     .await?;
-    let status = match done {
-        runs::Triggered::Requested | runs::Triggered::Rerun(_) => StatusCode::ACCEPTED,
-        _ => StatusCode::OK,
-    };
-    Ok(answered(
-        status,
-        &name,
-        &period,
-        done.word(),
-        done.describe(&name, &period),
-    ))
+    Ok((done, period))
 }
 
 /// What an operator's request did, as the trigger and cancel routes answer it.
@@ -249,16 +266,33 @@ struct HistoryQuery {
     limit: Option<usize>,
 }
 
+/// The `limit` a history query asks for; 400 for a query that does not parse.
+fn asked_limit(
+    query: Result<Query<HistoryQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Option<usize>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.body_text()))?;
+    Ok(q.limit)
+}
+
 async fn history(
     State(api): State<Api>,
     Path(name): Path<String>,
     query: Result<Query<HistoryQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     api.job(&name)?;
-    let Query(q) = query.map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.body_text()))?;
-    let limit = q.limit.unwrap_or(100).clamp(1, 10_000);
-    let keys = JobKeys::new(&name);
-    let records = read_reconnecting(|| {
+    let limit = asked_limit(query)?.unwrap_or(100).clamp(1, 10_000);
+    let records = run_history(&api, &name, limit).await?;
+    Ok(Json(json!({ "job": name, "runs": records })).into_response())
+}
+
+/// `name`'s newest `limit` run records as `GET …/runs` shows them (an open run with its tasks).
+async fn run_history(
+    api: &Api,
+    name: &str,
+    limit: usize,
+) -> Result<Vec<serde_json::Value>, ApiError> {
+    let keys = JobKeys::new(name);
+    read_reconnecting(|| {
         let mut conn = api.conn.clone();
         let keys = &keys;
         async move {
@@ -279,8 +313,7 @@ async fn history(
             Ok(out)
         }
     })
-    .await?;
-    Ok(Json(json!({ "job": name, "runs": records })).into_response())
+    .await
 }
 
 /// `POST /v1/jobs/{job}/runs/{period}/cancel`: 202 when the leader is asked to cancel the open
@@ -320,7 +353,13 @@ async fn resume(State(api): State<Api>, Path(name): Path<String>) -> Result<Resp
 }
 
 async fn set_paused(api: Api, name: String, paused: bool) -> Result<Response, ApiError> {
-    api.job(&name)?;
+    pause_job(&api, &name, paused).await?;
+    Ok(Json(json!({ "job": name, "paused": paused })).into_response())
+}
+
+/// Sets or clears `name`'s pause flag (the API's and the console's pause and resume).
+async fn pause_job(api: &Api, name: &str, paused: bool) -> Result<(), ApiError> {
+    api.job(name)?;
     let reason = format!(
         "paused over HTTP on node {} at {}",
         api.node,
@@ -328,14 +367,13 @@ async fn set_paused(api: Api, name: String, paused: bool) -> Result<Response, Ap
     );
     // Setting or clearing the flag twice is the same as once: tried once more after a dropped
     // connection, like a read.
-    let keys = JobKeys::new(&name);
+    let keys = JobKeys::new(name);
     read_reconnecting(|| {
         let mut conn = api.conn.clone();
         let (keys, reason) = (&keys, paused.then_some(reason.as_str()));
         async move { Ok(runs::set_paused(&mut conn, keys, reason).await?) }
     })
-    .await?;
-    Ok(Json(json!({ "job": name, "paused": paused })).into_response())
+    .await
 }
 
 /// What a job's status reads from Redis in one pipeline: lease owner, its PTTL, the fence's
@@ -398,15 +436,23 @@ async fn has_record(api: &Api, keys: &JobKeys, period: &str) -> Result<bool, Api
     .await
 }
 
-/// One job's status as this node sees it.
-async fn job_status(api: &Api, name: &str, view: &JobView) -> Result<serde_json::Value, ApiError> {
+/// The state shown for a job this node does not serve and other live members do.
+pub(crate) const ELSEWHERE: &str = "elsewhere";
+
+/// One job's status as this node sees it; for a job it does not serve (`view` is `None`), what
+/// Redis has of it (no next run, component or quota: those are in the serving nodes' specs).
+async fn job_status(
+    api: &Api,
+    name: &str,
+    view: Option<&JobView>,
+) -> Result<serde_json::Value, ApiError> {
     read_reconnecting(|| read_job_status(api, name, view)).await
 }
 
 async fn read_job_status(
     api: &Api,
     name: &str,
-    view: &JobView,
+    view: Option<&JobView>,
 ) -> anyhow::Result<serde_json::Value> {
     let keys = JobKeys::new(name);
     let mut conn = api.conn.clone();
@@ -451,12 +497,13 @@ async fn read_job_status(
         }),
         None => None,
     };
-    let next = view.job.spec.schedule.next(chrono::Utc::now());
+    let next = view.and_then(|v| v.job.spec.schedule.next(chrono::Utc::now()));
     // The node id is the owner up to its last ':' (owners are `node-id:uuid`).
     let leader = owner
         .as_deref()
         .map(|o| o.rsplit_once(':').map_or(o, |(n, _)| n).to_string());
-    let state = view.role.borrow().name();
+    let state = view.map_or(ELSEWHERE, |v| v.role.borrow().name());
+    let limits = view.map(|v| v.job.spec.limits);
     Ok(json!({
         "job": name,
         "state": state,
@@ -468,12 +515,12 @@ async fn read_job_status(
         "last_run": last_run,
         "open_runs": open_runs,
         "next_run": next.map(|p| json!({ "period": p.id, "at": p.fire.to_rfc3339() })),
-        "component": view.job.hash,
+        "component": view.map(|v| v.job.hash.clone()),
         "storage": {
             "keys": stored_keys.unwrap_or(0),
             "bytes": stored_bytes.unwrap_or(0),
-            "max_keys": view.job.spec.limits.stored_keys,
-            "max_bytes": view.job.spec.limits.stored_bytes,
+            "max_keys": limits.map(|l| l.stored_keys),
+            "max_bytes": limits.map(|l| l.stored_bytes),
         },
     }))
 }
@@ -513,7 +560,7 @@ async fn status(State(api): State<Api>) -> Result<Response, ApiError> {
     let catalog = api.jobs.borrow().clone();
     let mut jobs = Vec::new();
     for (name, view) in &catalog.jobs {
-        jobs.push(job_status(&api, name, view).await?);
+        jobs.push(job_status(&api, name, Some(view)).await?);
     }
     let refused: Vec<_> = catalog
         .refused
@@ -525,6 +572,18 @@ async fn status(State(api): State<Api>) -> Result<Response, ApiError> {
         .iter()
         .map(|p| p.display().to_string())
         .collect();
+    Ok(Json(json!({
+        "node": api.node,
+        "members": members_now(&api).await,
+        "jobs": jobs,
+        "refused": refused,
+        "compiling": compiling
+    }))
+    .into_response())
+}
+
+/// The live members as `/v1/status` shows them.
+async fn members_now(api: &Api) -> Vec<serde_json::Value> {
     // Each member's figures as it last wrote them, not as this node's last registration read
     // them (a heartbeat older); this node's own worker figures as of now.
     let view = api.members.borrow().members.clone();
@@ -534,7 +593,7 @@ async fn status(State(api): State<Api>) -> Result<Response, ApiError> {
     )
     .await
     .unwrap_or(view);
-    let members: Vec<_> = fresh
+    fresh
         .iter()
         .map(|(node, m)| {
             let tasks = if *node == api.node {
@@ -544,15 +603,7 @@ async fn status(State(api): State<Api>) -> Result<Response, ApiError> {
             };
             json!({ "node": node, "capacity": m.capacity, "version": m.version, "http": m.http, "since": m.since, "seen": m.seen, "tasks": tasks })
         })
-        .collect();
-    Ok(Json(json!({
-        "node": api.node,
-        "members": members,
-        "jobs": jobs,
-        "refused": refused,
-        "compiling": compiling
-    }))
-    .into_response())
+        .collect()
 }
 
 async fn jobs(State(api): State<Api>) -> Response {
@@ -564,8 +615,27 @@ async fn jobs(State(api): State<Api>) -> Response {
 async fn job(State(api): State<Api>, Path(name): Path<String>) -> Result<Response, ApiError> {
     let view = api.job(&name)?;
     let mut body = spec_json(&view);
-    body["status"] = job_status(&api, &name, &view).await?;
+    body["status"] = job_status(&api, &name, Some(&view)).await?;
     Ok(Json(body).into_response())
+}
+
+/// `GET /v1/jobs/{job}/terms`: the job's term history, newest first (`limit`, at most
+/// [`crate::coord::terms::KEPT`]).
+async fn terms(
+    State(api): State<Api>,
+    Path(name): Path<String>,
+    query: Result<Query<HistoryQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    api.job(&name)?;
+    let limit = asked_limit(query)?.unwrap_or(crate::coord::terms::KEPT);
+    let keys = JobKeys::new(&name);
+    let (terms, unparsed) = read_reconnecting(|| {
+        let mut conn = api.conn.clone();
+        let keys = &keys;
+        async move { Ok(crate::coord::terms::history(&mut conn, keys, limit).await?) }
+    })
+    .await?;
+    Ok(Json(json!({ "job": name, "terms": terms, "unparsed": unparsed })).into_response())
 }
 
 async fn metrics() -> Response {
