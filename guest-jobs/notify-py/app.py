@@ -104,6 +104,9 @@ class WitWorld(wit_world.WitWorld):
             ),
         )
 
+    def databases(self) -> list[str]:
+        return []
+
     def run_step(self, term, run, step, state):
         try:
             with open(ENDPOINT) as f:

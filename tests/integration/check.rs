@@ -35,14 +35,15 @@ fn a_valid_job_prints_its_spec() {
         "memory:     512 MiB",
         "quota:      100000 keys, 256 MiB",
         "component:  sha256:",
-        "world:      leasehold:job@0.4.2 (fan-out-job)",
+        "world:      leasehold:job@0.4.3 (fan-out-job)",
     ] {
         assert!(out.contains(needle), "{needle:?} missing:\n{out}");
     }
 }
 
 /// A job's sidecar beside the file: `check` shows the databases it asks for (and under which
-/// of the host's names) and the HTTP destinations it is granted.
+/// of the host's names) and the HTTP destinations it is granted; without one, the databases the
+/// job declares.
 #[test]
 fn check_shows_the_databases_and_destinations_a_sidecar_grants() {
     let dir = TempDir::new("check-grants");
@@ -62,6 +63,23 @@ fn check_shows_the_databases_and_destinations_a_sidecar_grants() {
     ] {
         assert!(out.contains(needle), "{needle:?} missing:\n{out}");
     }
+    // Without a sidecar: the database the probe declares (its `databases` export), by its name.
+    std::fs::remove_file(dir.join("sqlprobe.toml")).unwrap();
+    let (code, out, err) = check(&file);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.lines().any(|l| l.trim() == "databases:  ledger"),
+        "{out}"
+    );
+    // A sidecar that maps it elsewhere, with a name no host could have: refused, naming it.
+    std::fs::write(
+        dir.join("sqlprobe.toml"),
+        "[sql.databases]\nledger = \"Books!\"\n",
+    )
+    .unwrap();
+    let (code, _, err) = check(&file);
+    assert_eq!(code, 1);
+    assert!(err.contains("database name \"Books!\" must be"), "{err}");
 }
 
 #[test]
@@ -104,7 +122,7 @@ fn bad_files_are_refused_with_the_file_and_the_reason() {
     let (code, _, err) = check(&guests().wasm("otherworld"));
     assert_eq!(code, 1);
     assert!(
-        err.contains("is refused: does not implement the leasehold:job/job@0.4.2 world"),
+        err.contains("is refused: does not implement the leasehold:job/job@0.4.3 world"),
         "{err}"
     );
     // A huge file is refused unread (sparse: it takes no disk space).

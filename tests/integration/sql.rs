@@ -291,9 +291,10 @@ fn probe_host_on(
     )
 }
 
-/// The probe's sidecar: the host's `ledger` granted, 1 s statements, and no catch-up (a test
-/// triggers the period when it is ready).
-const SIDECAR: &str = "[catch-up]\npolicy = \"skip\"\n[sql]\nstatement-time = \"1s\"\n[sql.databases]\nledger = \"ledger\"\n";
+/// The probe's sidecar: 1 s statements and no catch-up (a test triggers the period when it is
+/// ready). No `[sql.databases]`: the probe declares `ledger` itself (its `databases` export), so
+/// every test here runs on the host's `ledger` granted by that declaration.
+const SIDECAR: &str = "[catch-up]\npolicy = \"skip\"\n[sql]\nstatement-time = \"1s\"\n";
 
 /// The recorded outcome of each plan line, by line number.
 async fn outcomes(redis: &RedisServer) -> std::collections::BTreeMap<usize, String> {
@@ -884,7 +885,7 @@ async fn db_init_is_idempotent_and_a_host_refuses_a_fence_it_cannot_trust() {
         let log = host.log().join("\n");
         assert!(log.contains("leasehold.raise_fence is an earlier version's"), "{log}");
         let _ = db_init_again(&pg.admin_url());
-        // A host without the database a job's sidecar needs refuses that job, naming it.
+        // A host without the database a job declares refuses that job, naming it.
         let jobs = TempDir::new("sql-nodb");
         std::fs::copy(guests().wasm("sqlprobe"), jobs.join("sqlprobe.wasm")).unwrap();
         std::fs::write(jobs.join("sqlprobe.toml"), SIDECAR).unwrap();
@@ -1008,6 +1009,36 @@ async fn sslmode_prefer_on_a_server_without_tls_connects_in_plain_text() {
         let record = wait_done(&redis, Duration::from_secs(120)).await;
         assert_eq!(record["status"], "done", "{record}");
         assert_eq!(outcomes(&redis).await[&1], "ok [[false]]");
+    })
+    .await;
+}
+
+/// A job names the databases it uses (its `databases` export, world 0.4.3): the probe declares
+/// `ledger`. On a host whose database is called `books` it is refused, naming `ledger`, until
+/// its sidecar maps `ledger = "books"`; then its transactions run on `books`.
+#[tokio::test]
+async fn a_declared_database_is_granted_by_name_and_a_sidecar_may_map_it_to_another() {
+    deadline(Duration::from_secs(150), async {
+        let pg = initialised(&["sqlprobe"]).await;
+        let redis = RedisServer::start().await;
+        let dirs = (TempDir::new("sql-map-jobs"), TempDir::new("sql-map-data"));
+        let plan = "query ledger SELECT current_user::text\n";
+        deploy_probe(plan, SIDECAR, &dirs);
+        let database = format!("books={}", pg.url(ROLE));
+        let host = probe_host_on("n1", &redis.url(), &dirs, ("2s", "500ms"), &database, &[]);
+        host.wait_for_log("needs database ledger", Duration::from_secs(60))
+            .await;
+        drop(host);
+        let mapped = format!("{SIDECAR}[sql.databases]\nledger = \"books\"\n");
+        deploy_probe(plan, &mapped, &dirs);
+        let host = probe_host_on("n2", &redis.url(), &dirs, ("2s", "500ms"), &database, &[]);
+        host.wait_for_log("became leader", Duration::from_secs(60))
+            .await;
+        trigger(&redis, "sqlprobe", PERIOD);
+        let record = wait_done(&redis, Duration::from_secs(90)).await;
+        assert_eq!(record["status"], "done", "{record}");
+        let said = &outcomes(&redis).await[&1];
+        assert!(said.starts_with("ok ") && said.contains(ROLE), "{said}");
     })
     .await;
 }

@@ -27,6 +27,10 @@ impl Guest for Bench {
         spec("benchjob").schedule("0 0 0 1 1 *").build()
     }
 
+    fn databases() -> Vec<String> {
+        Vec::new()
+    }
+
     fn run_step(
         term: &Term,
         run: RunInfo,

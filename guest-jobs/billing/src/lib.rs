@@ -55,6 +55,12 @@ impl Guest for Billing {
             .build()
     }
 
+    /// None declared: the PostgreSQL sink is optional (a sidecar's `[sql.databases]` grants it);
+    /// declared, a host without it would refuse the job.
+    fn databases() -> Vec<String> {
+        Vec::new()
+    }
+
     fn run_step(
         term: &Term,
         run: RunInfo,

@@ -53,6 +53,10 @@ impl Guest for HttpProbe {
         spec("httpprobe").schedule("0 0 0 1 1 *").build()
     }
 
+    fn databases() -> Vec<String> {
+        Vec::new()
+    }
+
     fn run_step(
         _term: &Term,
         run: RunInfo,

@@ -12,6 +12,10 @@ impl Guest for NetJob {
         spec("netjob").build()
     }
 
+    fn databases() -> Vec<String> {
+        Vec::new()
+    }
+
     fn run_step(
         _term: &Term,
         run: RunInfo,

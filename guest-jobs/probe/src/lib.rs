@@ -41,6 +41,10 @@ impl Guest for Probe {
             .build()
     }
 
+    fn databases() -> Vec<String> {
+        Vec::new()
+    }
+
     fn run_step(
         term: &Term,
         run: RunInfo,

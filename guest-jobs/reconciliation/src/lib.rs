@@ -329,6 +329,12 @@ impl Guest for Reconciliation {
             .build()
     }
 
+    /// None declared: the PostgreSQL sink is optional (a sidecar's `[sql.databases]` grants it);
+    /// declared, a host without it would refuse the job.
+    fn databases() -> Vec<String> {
+        Vec::new()
+    }
+
     fn run_step(
         term: &Term,
         run: RunInfo,

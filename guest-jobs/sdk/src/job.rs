@@ -44,6 +44,12 @@ pub trait Job {
     type State: Default + Serialize + DeserializeOwned;
     /// The job's spec (the world's `describe`).
     fn spec() -> JobSpec;
+    /// The databases its steps use through the `sql` import (the world's `databases`): each is
+    /// granted as the host's database of that name unless the job's sidecar maps it to
+    /// another; a host without one refuses the job. None unless overridden.
+    fn databases() -> Vec<String> {
+        Vec::new()
+    }
     /// One step: runs only while `term` still leads; the state it leaves is saved with
     /// [`Next::Continue`].
     fn step(term: &Term, run: &RunInfo, state: &mut Self::State) -> Result<Next, JobError>;
@@ -90,6 +96,10 @@ macro_rules! job {
         impl $crate::Guest for $job {
             fn describe() -> $crate::JobSpec {
                 <$job as $crate::Job>::spec()
+            }
+
+            fn databases() -> ::std::vec::Vec<::std::string::String> {
+                <$job as $crate::Job>::databases()
             }
 
             fn run_step(

@@ -1,7 +1,7 @@
 //! The Rust guest SDK for Leasehold jobs.
 //!
 //! A job is a `cdylib` built with `--target wasm32-wasip2` whose component implements the
-//! `leasehold:job/job` world, version 0.4.2 (`wit/job.wit`), or the `fan-out-job` world when its
+//! `leasehold:job/job` world, version 0.4.3 (`wit/job.wit`), or the `fan-out-job` world when its
 //! runs hand tasks to every replica ([`fan_out`]). This crate generates both worlds' bindings
 //! once, so a job depends on `leasehold-guest` alone (not on `wit-bindgen`), and adds:
 //!
@@ -43,14 +43,17 @@
 //!
 //! A step of a [`Job`] runs only while its term leads (the SDK checks before calling it).
 //! `job!(Nightly)` implements [`Guest`] for it and calls `export!(Nightly)`, short for
-//! `export!(Nightly with_types_in leasehold_guest)`, which emits the component's `describe` and
-//! `run-step` exports (and the world's type information) in the job's own crate. A crate calls
+//! `export!(Nightly with_types_in leasehold_guest)`, which emits the component's `describe`,
+//! `databases` and `run-step` exports (and the world's type information) in the job's own crate.
+//! A job whose steps use the `sql` import names its databases in [`Job::databases`] (the
+//! world's `databases` export), so a host grants them without a sidecar, or refuses the job
+//! naming the one it lacks. A crate calls
 //! one of them once. A job that needs the raw world (the step number, its own state encoding)
 //! implements [`Guest`] and calls `export!` itself; `term.ensure_leader()?` ([`LeaderCheck`])
 //! is its leader check.
 //!
-//! A job that fans out implements [`fan_out::Guest`] instead (the same `describe` and `run_step`,
-//! and `run_task`) and exports it with `leasehold_guest::export_fan_out!(MyJob)`; its steps call
+//! A job that fans out implements [`fan_out::Guest`] instead (the same `describe`, `databases`
+//! and `run_step`, and `run_task`) and exports it with `leasehold_guest::export_fan_out!(MyJob)`; its steps call
 //! [`tasks`]. See [`fan_out`].
 //!
 //! The import functions ([`store`], [`log`], [`tasks`], [`Term`]'s methods) exist only in a
@@ -93,12 +96,12 @@ pub mod fan_out_bindings {
         export_macro_name: "export_fan_out",
         default_bindings_module: "leasehold_guest::fan_out_bindings",
         with: {
-            "leasehold:job/types@0.4.2": crate::bindings::leasehold::job::types,
-            "leasehold:job/leadership@0.4.2": crate::bindings::leasehold::job::leadership,
-            "leasehold:job/store@0.4.2": crate::bindings::leasehold::job::store,
-            "leasehold:job/log@0.4.2": crate::bindings::leasehold::job::log,
-            "leasehold:job/sql@0.4.2": crate::bindings::leasehold::job::sql,
-            "leasehold:job/tasks@0.4.2": generate,
+            "leasehold:job/types@0.4.3": crate::bindings::leasehold::job::types,
+            "leasehold:job/leadership@0.4.3": crate::bindings::leasehold::job::leadership,
+            "leasehold:job/store@0.4.3": crate::bindings::leasehold::job::store,
+            "leasehold:job/log@0.4.3": crate::bindings::leasehold::job::log,
+            "leasehold:job/sql@0.4.3": crate::bindings::leasehold::job::sql,
+            "leasehold:job/tasks@0.4.3": generate,
         },
         additional_derives: [PartialEq],
     });
@@ -123,6 +126,10 @@ pub mod fan_out_bindings {
 /// impl Guest for Squares {
 ///     fn describe() -> JobSpec {
 ///         spec("squares").build()
+///     }
+///
+///     fn databases() -> Vec<String> {
+///         Vec::new() // no `sql`
 ///     }
 ///
 ///     fn run_step(_term: &Term, _run: RunInfo, step: u32, _state: Option<Vec<u8>>) -> Result<StepOutcome, JobError> {
@@ -167,7 +174,8 @@ pub use types::{CatchUp, Limits, Overlap, Policies};
 // (and `export_fan_out!` to those of `fan_out_bindings`).
 #[doc(hidden)]
 pub use bindings::{
-    __post_return_describe, __post_return_run_step, _export_describe_cabi, _export_run_step_cabi,
+    __post_return_databases, __post_return_describe, __post_return_run_step,
+    _export_databases_cabi, _export_describe_cabi, _export_run_step_cabi,
 };
 
 /// What most jobs need, for `use leasehold_guest::prelude::*`: the [`Guest`] and [`Job`]

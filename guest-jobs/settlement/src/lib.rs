@@ -65,6 +65,10 @@ impl Guest for Settlement {
             .build()
     }
 
+    fn databases() -> Vec<String> {
+        Vec::new()
+    }
+
     fn run_step(
         term: &Term,
         run: RunInfo,

@@ -99,6 +99,11 @@ impl Guest for SqlProbe {
         spec_of()
     }
 
+    /// Every plan runs on `ledger`: a host without one refuses the probe, naming it.
+    fn databases() -> Vec<String> {
+        vec!["ledger".into()]
+    }
+
     fn run_step(
         term: &Term,
         run: RunInfo,

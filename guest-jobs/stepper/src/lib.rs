@@ -18,6 +18,10 @@ impl Guest for Stepper {
             .build()
     }
 
+    fn databases() -> Vec<String> {
+        Vec::new()
+    }
+
     fn run_step(
         term: &Term,
         _run: RunInfo,

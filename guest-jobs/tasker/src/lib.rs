@@ -63,6 +63,10 @@ impl Guest for Tasker {
             .build()
     }
 
+    fn databases() -> Vec<String> {
+        Vec::new()
+    }
+
     fn run_step(
         term: &Term,
         run: RunInfo,

@@ -19,7 +19,7 @@ const WASI_PACKAGES: [&str; 7] = [
     "http",
 ];
 /// The versions of the job world the host loads.
-pub(super) const JOB_WORLDS: [&str; 5] = ["0.4.2", "0.4.1", "0.4.0", "0.3.0", "0.2.0"];
+pub(super) const JOB_WORLDS: [&str; 6] = ["0.4.3", "0.4.2", "0.4.1", "0.4.0", "0.3.0", "0.2.0"];
 
 /// A component's declarations.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -225,7 +225,7 @@ mod tests {
         };
         assert_eq!(
             shape.refusal(counts(64)).unwrap(),
-            "does not implement the leasehold:job/job@0.4.2 world: it does not export describe or run-step (its exports: greet)"
+            "does not implement the leasehold:job/job@0.4.3 world: it does not export describe or run-step (its exports: greet)"
         );
     }
 }

@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use super::bindings::leasehold::job::types;
 use super::cache::Compiled;
 use super::inspect::inspect;
-use super::world::WorldPre;
+use super::world::{Described, WorldPre};
 use super::{HostState, Runtime};
 use crate::exec::spec::{CatchUp, JobSpec, Limits, Overlap, RawSpec, Sidecar};
 
@@ -31,8 +31,8 @@ pub struct LoadedJob {
 }
 
 impl LoadedJob {
-    /// The version of the `leasehold:job` world the component is built to (`0.4.2`, `0.4.2
-    /// (fan-out-job)`, or an earlier one still loaded: `0.4.0`, `0.3.0`, `0.2.0`).
+    /// The version of the `leasehold:job` world the component is built to (`0.4.3`, `0.4.3
+    /// (fan-out-job)`, or an earlier one still loaded: `0.4.2`, `0.4.0`, `0.3.0`, `0.2.0`).
     pub fn world(&self) -> &'static str {
         self.pre.version()
     }
@@ -184,7 +184,7 @@ impl Runtime {
             .describe(&pre)
             .await
             .map_err(|e| fail(format!("describe() failed: {e}")))?;
-        let mut raw = raw_spec(described);
+        let mut raw = raw_spec(described).map_err(|e| fail(e.to_string()))?;
         let sidecar_hash = match sidecar {
             Some(text) => {
                 Sidecar::parse(text)
@@ -198,7 +198,7 @@ impl Runtime {
         let missing = self.databases.missing(&spec.sql);
         if !missing.is_empty() {
             return Err(fail(format!(
-                "needs database {} (its sidecar's [sql.databases]), which this host is not configured with (--database NAME=URL)",
+                "needs database {}, which this host is not configured with (--database NAME=URL; the job's sidecar may map a name it declares to another of the host's databases, [sql.databases])",
                 missing.join(", ")
             )));
         }
@@ -220,7 +220,7 @@ impl Runtime {
         })
     }
 
-    async fn describe(&self, pre: &WorldPre) -> anyhow::Result<types::JobSpec> {
+    async fn describe(&self, pre: &WorldPre) -> anyhow::Result<Described> {
         let limits = Limits {
             // The most any job may ask for: its own limit is not known before describe().
             memory: self.host_limits.memory.1,
@@ -251,11 +251,25 @@ impl Runtime {
     }
 }
 
-/// The spec a component's `describe()` returned, as a [`RawSpec`] for the sidecar and
-/// [`JobSpec::new`] to check.
-fn raw_spec(described: types::JobSpec) -> RawSpec {
+/// The spec a component's `describe()` returned, and the databases it declares (each granted
+/// under its own name), as a [`RawSpec`] for the sidecar and [`JobSpec::new`] to check.
+fn raw_spec(Described { spec, databases }: Described) -> Result<RawSpec, String> {
+    let mut sql = crate::exec::sql::SqlAsk::default();
+    for name in databases {
+        if !crate::exec::sql::valid_name(&name) {
+            return Err(format!(
+                "invalid job spec: databases(): database name {name:?} must be 1 to 64 of a-z, 0-9, - and _"
+            ));
+        }
+        if sql.databases.insert(name.clone(), name.clone()).is_some() {
+            return Err(format!(
+                "invalid job spec: databases(): database {name} is named twice"
+            ));
+        }
+    }
+    let described = spec;
     let p = &described.policies;
-    RawSpec {
+    Ok(RawSpec {
         name: described.name,
         schedule: described.schedule,
         time_zone: described.time_zone,
@@ -280,7 +294,7 @@ fn raw_spec(described: types::JobSpec) -> RawSpec {
             types::Overlap::Skip => Overlap::Skip,
         },
         max_run_time: Duration::from_millis(p.max_run_millis),
-        sql: Default::default(),
+        sql,
         http: Default::default(),
-    }
+    })
 }

@@ -3,7 +3,7 @@
 //! * One [`Engine`] per process: component model, async calls, epoch interruption driven by a
 //!   10 ms ticker thread. Every [`Store`] gets an epoch deadline, so no guest runs unchecked.
 //! * Components are compiled once and pre-instantiated (`world::WorldPre`: the `job` or
-//!   `fan-out-job` world of 0.4.2, or a 0.4.1, 0.4.0, 0.3.0 or 0.2.0 twin): the import and export types are checked at load time, and a run pays only for
+//!   `fan-out-job` world of 0.4.3, or a 0.4.2, 0.4.1, 0.4.0, 0.3.0 or 0.2.0 twin): the import and export types are checked at load time, and a run pays only for
 //!   instantiation.
 //! * A **fresh store per step**, with a [`JobLimiter`] (memory in total, tables, instances) and the job's
 //!   step deadline; a store is dropped after every step, so a trap or an interruption can never

@@ -1,4 +1,4 @@
-//! The `sql` import (world 0.4.2): a guest's transactions on the databases its job is granted,
+//! The `sql` import (world 0.4.2 and later): a guest's transactions on the databases its job is granted,
 //! served by [`crate::exec::sql`], and what a fenced transaction does to the term.
 //!
 //! A refused fence ends the term as a refused Redis write does (the step ends as
@@ -97,7 +97,7 @@ impl HostState {
         };
         let Some(db) = step_sql.dbs.granted.get(name).cloned() else {
             return Ok(Err(SqlError::NotGranted(format!(
-                "database {name} is not granted to job {job} (its databases: {}; grant one in the job's sidecar, [sql.databases])",
+                "database {name} is not granted to job {job} (its databases: {}; a job declares its databases in its `databases` export, or its sidecar grants them, [sql.databases])",
                 step_sql.dbs.names()
             ))));
         };

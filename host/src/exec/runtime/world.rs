@@ -1,14 +1,17 @@
 //! The world versions a component may be built to, and one type over them ([`WorldPre`]).
 //!
-//! * **0.4.2** (`wit/job.wit`, the current version, [`super::bindings`]): two worlds, `job`
-//!   (`describe`, `run-step`; imports `leadership`, `store` with `write-many` and `delete`,
-//!   `log`, `sql`) and `fan-out-job` (`job` plus the `tasks` import and the `run-task` export).
-//!   The bindings are generated for `fan-out-job`; those of `job` ([`job_world`]) share its
-//!   interfaces.
-//! * **0.4.1** (`wit/v0.4.1/job.wit`): 0.4.2 without `sql`; **0.4.0** (`wit/v0.4.0/job.wit`):
-//!   0.4.1 without `store.delete`. Their components are served by the 0.4.2 bindings as they
-//!   are: the component model links an import of `…@0.4.0` or `…@0.4.1` to the host's
-//!   semver-compatible `…@0.4.2`, whose interfaces only add functions (and an interface).
+//! * **0.4.3** (`wit/job.wit`, the current version, [`super::bindings`]): two worlds, `job`
+//!   (`describe`, `databases`, `run-step`; imports `leadership`, `store` with `write-many` and
+//!   `delete`, `log`, `sql`) and `fan-out-job` (`job` plus the `tasks` import and the
+//!   `run-task` export). The bindings are generated for `fan-out-job`; those of `job`
+//!   ([`job_world`]) share its interfaces.
+//! * **0.4.2** (`wit/v0.4.2/job.wit`, [`v0_4`]): 0.4.3 without the `databases` export (its
+//!   databases are granted by its sidecar only); **0.4.1** (`wit/v0.4.1/job.wit`): 0.4.2
+//!   without `sql`; **0.4.0** (`wit/v0.4.0/job.wit`): 0.4.1 without `store.delete`. Their
+//!   imports are served by the 0.4.3 linker as they are (the component model links an import
+//!   of `…@0.4.0` to `…@0.4.2` to the host's semver-compatible `…@0.4.3`, whose interfaces only
+//!   add functions and an interface), and their exports through the 0.4.2 bindings, which share
+//!   the 0.4.3 types.
 //! * **0.3.0** (`wit/v0.3.0/job.wit`, [`v0_3`]): the world before batched writes and fan-out.
 //! * **0.2.0** (`wit/v0.2.0/job.wit`, [`v0_2`]): the world before storage quotas. It has no
 //!   `quota-exceeded` write error, so a 0.2.0 component's write beyond its quota stops the step
@@ -30,7 +33,7 @@ use super::bindings::{self, leasehold::job::types};
 use super::error::StepError;
 use crate::coord::term::Term;
 
-/// Bindings of the 0.4.2 `job` world (no fan-out), sharing [`super::bindings`]' interfaces.
+/// Bindings of the 0.4.3 `job` world (no fan-out), sharing [`super::bindings`]' interfaces.
 #[allow(missing_docs, unreachable_pub)] // generated from wit/job.wit
 pub(super) mod job_world {
     wasmtime::component::bindgen!({
@@ -40,6 +43,34 @@ pub(super) mod job_world {
         exports: { default: async },
         with: { "leasehold:job": crate::exec::runtime::bindings::leasehold::job },
     });
+}
+
+/// Bindings of the 0.4.2 worlds (`job`, `fan-out-job`; also serving 0.4.1 and 0.4.0), whose
+/// exports are 0.4.3's without `databases`: they share [`super::bindings`]' interfaces.
+pub(super) mod v0_4 {
+    /// The 0.4.2 `job` world.
+    #[allow(missing_docs, unreachable_pub)] // generated from wit/v0.4.2/job.wit
+    pub(in super::super) mod job {
+        wasmtime::component::bindgen!({
+            world: "job",
+            path: "../wit/v0.4.2",
+            imports: { default: async | trappable },
+            exports: { default: async },
+            with: { "leasehold:job": crate::exec::runtime::bindings::leasehold::job },
+        });
+    }
+
+    /// The 0.4.2 `fan-out-job` world.
+    #[allow(missing_docs, unreachable_pub)] // generated from wit/v0.4.2/job.wit
+    pub(in super::super) mod fan_out {
+        wasmtime::component::bindgen!({
+            world: "fan-out-job",
+            path: "../wit/v0.4.2",
+            imports: { default: async | trappable },
+            exports: { default: async },
+            with: { "leasehold:job": crate::exec::runtime::bindings::leasehold::job },
+        });
+    }
 }
 
 /// Generated bindings for world 0.3.0.
@@ -145,21 +176,33 @@ pub(super) enum Returned {
     Task(Vec<u8>),
 }
 
-/// The version a component served by the current bindings was built to: `0.4.0`, `0.4.1` or
+/// The version a component served by the 0.4.2 bindings was built to: `0.4.0`, `0.4.1` or
 /// `0.4.2` (for what `check` and the status say it is built to).
 pub(super) type Built = &'static str;
 
 /// A pre-instantiated component of any world.
 #[derive(Clone)]
 pub(super) enum WorldPre {
-    /// Built to 0.4.x `fan-out-job` (the version it names).
-    FanOut(bindings::FanOutJobPre<HostState>, Built),
-    /// Built to 0.4.x `job` (the version it names).
-    Current(job_world::JobPre<HostState>, Built),
+    /// Built to 0.4.3 `fan-out-job`.
+    FanOut(bindings::FanOutJobPre<HostState>),
+    /// Built to 0.4.3 `job`.
+    Current(job_world::JobPre<HostState>),
+    /// Built to 0.4.0, 0.4.1 or 0.4.2 `fan-out-job` (the version it names): no `databases`.
+    FanOut04(v0_4::fan_out::FanOutJobPre<HostState>, Built),
+    /// Built to 0.4.0, 0.4.1 or 0.4.2 `job` (the version it names): no `databases`.
+    Job04(v0_4::job::JobPre<HostState>, Built),
     /// Built to world 0.3.0.
     V0_3(v0_3::JobPre<HostState>),
     /// Built to world 0.2.0.
     V0_2(v0_2::JobPre<HostState>),
+}
+
+/// What `describe()` (and, from 0.4.3, `databases()`) told the host.
+pub(super) struct Described {
+    /// The job's spec, as the current world has it.
+    pub spec: types::JobSpec,
+    /// The databases the job declares (none before 0.4.3).
+    pub databases: Vec<String>,
 }
 
 impl WorldPre {
@@ -174,44 +217,52 @@ impl WorldPre {
                 .any(|(name, _)| name.starts_with("leasehold:job/") && name.ends_with(v))
         };
         let fan_out = ty.exports(engine).any(|(name, _)| name == "run-task");
+        let declares = ty.exports(engine).any(|(name, _)| name == "databases");
         let world = |w: &'static str| {
             move |e: wasmtime::Error| format!("does not implement the {w} world: {e}")
         };
-        if imports_version("@0.2.0") {
-            v0_2::JobPre::new(pre)
+        let earlier = if imports_version("@0.2.0") {
+            return v0_2::JobPre::new(pre)
                 .map(WorldPre::V0_2)
-                .map_err(world("leasehold:job/job@0.2.0"))
+                .map_err(world("leasehold:job/job@0.2.0"));
         } else if imports_version("@0.3.0") {
-            v0_3::JobPre::new(pre)
+            return v0_3::JobPre::new(pre)
                 .map(WorldPre::V0_3)
-                .map_err(world("leasehold:job/job@0.3.0"))
+                .map_err(world("leasehold:job/job@0.3.0"));
+        } else if imports_version("@0.4.0") {
+            Some("0.4.0")
+        } else if imports_version("@0.4.1") {
+            Some("0.4.1")
+        } else if imports_version("@0.4.2") || (!imports_version("@0.4.3") && !declares) {
+            Some("0.4.2")
         } else {
-            let built = if imports_version("@0.4.0") {
-                "0.4.0"
-            } else if imports_version("@0.4.1") {
-                "0.4.1"
-            } else {
-                "0.4.2"
-            };
-            if fan_out {
-                bindings::FanOutJobPre::new(pre)
-                    .map(|p| WorldPre::FanOut(p, built))
-                    .map_err(world("leasehold:job/fan-out-job@0.4.2"))
-            } else {
-                job_world::JobPre::new(pre)
-                    .map(|p| WorldPre::Current(p, built))
-                    .map_err(world("leasehold:job/job@0.4.2"))
-            }
+            None
+        };
+        match (earlier, fan_out) {
+            (Some(built), true) => v0_4::fan_out::FanOutJobPre::new(pre)
+                .map(|p| WorldPre::FanOut04(p, built))
+                .map_err(world("leasehold:job/fan-out-job@0.4.2")),
+            (Some(built), false) => v0_4::job::JobPre::new(pre)
+                .map(|p| WorldPre::Job04(p, built))
+                .map_err(world("leasehold:job/job@0.4.2")),
+            (None, true) => bindings::FanOutJobPre::new(pre)
+                .map(WorldPre::FanOut)
+                .map_err(world("leasehold:job/fan-out-job@0.4.3")),
+            (None, false) => job_world::JobPre::new(pre)
+                .map(WorldPre::Current)
+                .map_err(world("leasehold:job/job@0.4.3")),
         }
     }
 
     /// The world the component is built to.
     pub(super) fn version(&self) -> &'static str {
         match self {
-            WorldPre::FanOut(_, "0.4.0") => "0.4.0 (fan-out-job)",
-            WorldPre::FanOut(_, "0.4.1") => "0.4.1 (fan-out-job)",
-            WorldPre::FanOut(..) => "0.4.2 (fan-out-job)",
-            WorldPre::Current(_, v) => v,
+            WorldPre::FanOut(_) => "0.4.3 (fan-out-job)",
+            WorldPre::Current(_) => "0.4.3",
+            WorldPre::FanOut04(_, "0.4.0") => "0.4.0 (fan-out-job)",
+            WorldPre::FanOut04(_, "0.4.1") => "0.4.1 (fan-out-job)",
+            WorldPre::FanOut04(..) => "0.4.2 (fan-out-job)",
+            WorldPre::Job04(_, v) => v,
             WorldPre::V0_3(_) => "0.3.0",
             WorldPre::V0_2(_) => "0.2.0",
         }
@@ -219,37 +270,56 @@ impl WorldPre {
 
     /// Whether the component exports `run-task` (it can fan out).
     pub(super) fn fans_out(&self) -> bool {
-        matches!(self, WorldPre::FanOut(..))
+        matches!(self, WorldPre::FanOut(_) | WorldPre::FanOut04(..))
     }
 
     /// Instantiates without calling anything (what every step pays first).
     pub(super) async fn instantiate(&self, store: &mut Store<HostState>) -> wasmtime::Result<()> {
         match self {
-            WorldPre::FanOut(p, _) => p.instantiate_async(store).await.map(drop),
-            WorldPre::Current(p, _) => p.instantiate_async(store).await.map(drop),
+            WorldPre::FanOut(p) => p.instantiate_async(store).await.map(drop),
+            WorldPre::Current(p) => p.instantiate_async(store).await.map(drop),
+            WorldPre::FanOut04(p, _) => p.instantiate_async(store).await.map(drop),
+            WorldPre::Job04(p, _) => p.instantiate_async(store).await.map(drop),
             WorldPre::V0_3(p) => p.instantiate_async(store).await.map(drop),
             WorldPre::V0_2(p) => p.instantiate_async(store).await.map(drop),
         }
     }
 
-    /// Instantiates and calls `describe()`.
+    /// Instantiates and calls `describe()`, then (from 0.4.3) `databases()`.
     pub(super) async fn describe(
         &self,
         store: &mut Store<HostState>,
-    ) -> wasmtime::Result<types::JobSpec> {
+    ) -> wasmtime::Result<Described> {
+        // The spec alone, from a world without `databases`.
+        let spec_only = |spec| Described {
+            spec,
+            databases: Vec::new(),
+        };
         match self {
-            WorldPre::FanOut(p, _) => {
-                p.instantiate_async(&mut *store)
-                    .await?
-                    .call_describe(store)
-                    .await
+            WorldPre::FanOut(p) => {
+                let job = p.instantiate_async(&mut *store).await?;
+                let spec = job.call_describe(&mut *store).await?;
+                let databases = job.call_databases(&mut *store).await?;
+                Ok(Described { spec, databases })
             }
-            WorldPre::Current(p, _) => {
-                p.instantiate_async(&mut *store)
-                    .await?
-                    .call_describe(store)
-                    .await
+            WorldPre::Current(p) => {
+                let job = p.instantiate_async(&mut *store).await?;
+                let spec = job.call_describe(&mut *store).await?;
+                let databases = job.call_databases(&mut *store).await?;
+                Ok(Described { spec, databases })
             }
+            WorldPre::FanOut04(p, _) => p
+                .instantiate_async(&mut *store)
+                .await?
+                .call_describe(store)
+                .await
+                .map(spec_only),
+            WorldPre::Job04(p, _) => p
+                .instantiate_async(&mut *store)
+                .await?
+                .call_describe(store)
+                .await
+                .map(spec_only),
             WorldPre::V0_3(p) => {
                 let s = p
                     .instantiate_async(&mut *store)
@@ -263,7 +333,7 @@ impl WorldPre {
                     max_stored_keys: s.limits.max_stored_keys,
                     max_stored_bytes: s.limits.max_stored_bytes,
                 };
-                Ok(spec!(old3, s, limits))
+                Ok(spec_only(spec!(old3, s, limits)))
             }
             WorldPre::V0_2(p) => {
                 let s = p
@@ -279,7 +349,7 @@ impl WorldPre {
                     max_stored_keys: 0,
                     max_stored_bytes: 0,
                 };
-                Ok(spec!(old2, s, limits))
+                Ok(spec_only(spec!(old2, s, limits)))
             }
         }
     }
@@ -302,10 +372,16 @@ impl WorldPre {
             }};
         }
         match (self, call) {
-            (WorldPre::FanOut(p, _), Call::Step { run, step, state }) => {
+            (WorldPre::FanOut(p), Call::Step { run, step, state }) => {
                 run_step!(p, run, step, state, std::convert::identity)
             }
-            (WorldPre::Current(p, _), Call::Step { run, step, state }) => {
+            (WorldPre::Current(p), Call::Step { run, step, state }) => {
+                run_step!(p, run, step, state, std::convert::identity)
+            }
+            (WorldPre::FanOut04(p, _), Call::Step { run, step, state }) => {
+                run_step!(p, run, step, state, std::convert::identity)
+            }
+            (WorldPre::Job04(p, _), Call::Step { run, step, state }) => {
                 run_step!(p, run, step, state, std::convert::identity)
             }
             (WorldPre::V0_3(p), Call::Step { run, step, state }) => {
@@ -314,7 +390,15 @@ impl WorldPre {
             (WorldPre::V0_2(p), Call::Step { run, step, state }) => {
                 run_step!(p, &run_info!(old2, run), step, state, |o| outcome!(old2, o))
             }
-            (WorldPre::FanOut(p, _), Call::Task { run, task }) => {
+            (WorldPre::FanOut(p), Call::Task { run, task }) => {
+                let job = p.instantiate_async(&mut *store).await?;
+                let res = store.data_mut().table.push(term)?;
+                Ok(job
+                    .call_run_task(store, res, run, task)
+                    .await?
+                    .map(Returned::Task))
+            }
+            (WorldPre::FanOut04(p, _), Call::Task { run, task }) => {
                 let job = p.instantiate_async(&mut *store).await?;
                 let res = store.data_mut().table.push(term)?;
                 Ok(job

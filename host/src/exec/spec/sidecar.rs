@@ -55,7 +55,8 @@ pub struct SidecarHttp {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct SidecarSql {
     /// `[sql.databases]`: the job's name for a database = the host's name for it (`ledger =
-    /// "ledger"` grants the host's `ledger` under the same name).
+    /// "ledger"` grants the host's `ledger` under the same name; `ledger = "books"` maps a
+    /// database the job declares to the host's `books`).
     pub databases: Option<std::collections::BTreeMap<String, String>>,
     /// Longest statement, e.g. `2s` (capped by the host's `--max-statement-time`).
     pub statement_time: Option<String>,
@@ -150,7 +151,23 @@ impl Sidecar {
         }
         if let Some(s) = &self.sql {
             if let Some(d) = &s.databases {
-                raw.sql.databases = d.clone();
+                // Over what the job declares: a name the job uses mapped to another of the
+                // host's databases, or one more granted.
+                for (job_name, host_name) in d {
+                    for n in [job_name, host_name] {
+                        if !crate::exec::sql::valid_name(n) {
+                            return Err(SpecError::Sidecar {
+                                field: Some("sql.databases".into()),
+                                message: format!(
+                                    "database name {n:?} must be 1 to 64 of a-z, 0-9, - and _"
+                                ),
+                            });
+                        }
+                    }
+                    raw.sql
+                        .databases
+                        .insert(job_name.clone(), host_name.clone());
+                }
             }
             if let Some(t) = &s.statement_time {
                 raw.sql.statement_time = dur("sql.statement-time", t)?;

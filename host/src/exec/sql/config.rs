@@ -56,6 +56,15 @@ impl PartialEq for DatabaseConfig {
 
 impl Eq for DatabaseConfig {}
 
+/// Whether `name` may name a database: 1 to 64 of `a-z 0-9 _ -` (the host's names, and the
+/// names a job declares or its sidecar maps).
+pub fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+}
+
 /// Reads `NAME=URL`: a name of `a-z 0-9 _ -` and a `postgres://` or `postgresql://` URL, whose
 /// `pool=N` parameter (taken out before the URL is read) sets the connections kept, and whose
 /// `sslmode` and `sslrootcert` choose TLS as the [`tls`](super::tls) module explains.
@@ -66,12 +75,7 @@ pub fn parse_database(arg: &str) -> Result<DatabaseConfig, String> {
             crate::store::redact(arg)
         ));
     };
-    if name.is_empty()
-        || name.len() > 64
-        || !name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
-    {
+    if !valid_name(name) {
         return Err(format!(
             "database name {name:?} must be 1 to 64 of a-z, 0-9, - and _"
         ));
@@ -162,7 +166,8 @@ impl Default for SqlCaps {
     }
 }
 
-/// What a job asks for in its sidecar's `[sql]` (zero: the default).
+/// What a job asks for: the databases it declares (its `databases` export, each granted as the
+/// host's database of the same name) and its sidecar's `[sql]` (zero: the default).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SqlAsk {
     /// Job's name for a database → the host's name for it.
