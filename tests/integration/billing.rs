@@ -239,13 +239,16 @@ impl Billing {
         // The lease's holder, not the first host that logged a step: balancing may have handed
         // the run to the job's preferred member after step 0, and hand-overs happen only between
         // steps, so whoever holds the lease while step 1 writes is the one writing it.
-        let owner: String = self
-            .redis
-            .conn()
-            .await
-            .get("lh:{billing}:lease")
-            .await
-            .unwrap();
+        let owner: String = wait_for("a holder of the lease", Duration::from_secs(30), || async {
+            self.redis
+                .conn()
+                .await
+                .get::<_, Option<String>>("lh:{billing}:lease")
+                .await
+                .ok()
+                .flatten()
+        })
+        .await;
         let node = owner.split(':').next().unwrap();
         let leader = (0..3)
             .find(|i| format!("n{i}") == node)

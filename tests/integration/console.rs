@@ -143,6 +143,31 @@ impl Console {
     }
 
     /// The node whose term holds `job`'s lease, once one does.
+    /// The node leading `job` once it is the job's preferred member (balancing hands a job to
+    /// it shortly after start, so an earlier holder would be a moment's).
+    pub(crate) async fn settled_leader(&self, job: &str) -> String {
+        let members: leasehold::coord::members::Members = (0..self.hosts.len())
+            .map(|i| {
+                (
+                    format!("n{i}"),
+                    leasehold::coord::members::MemberInfo::with_capacity(1),
+                )
+            })
+            .collect();
+        let want = leasehold::coord::members::preferred(job, &members, None)
+            .unwrap()
+            .to_string();
+        wait_for(
+            "the preferred member to lead",
+            Duration::from_secs(120),
+            || async {
+                let leader = self.leader(job).await;
+                (leader == want).then_some(leader)
+            },
+        )
+        .await
+    }
+
     pub(crate) async fn leader(&self, job: &str) -> String {
         wait_for("a leader", Duration::from_secs(30), || async {
             let owner: Option<String> = self
@@ -201,7 +226,7 @@ async fn operator_state(redis: &RedisServer, job: &str) -> (bool, bool) {
 async fn every_node_shows_the_cluster_and_actions_need_its_session_and_csrf() {
     deadline(Duration::from_secs(240), async {
         let c = Console::start("console").await;
-        let leader = c.leader("ticker").await;
+        let leader = c.settled_leader("ticker").await;
         // Every node's overview shows the three members and the ticker's leader.
         for addr in &c.http {
             let a = wait_for(
@@ -306,6 +331,19 @@ async fn every_node_shows_the_cluster_and_actions_need_its_session_and_csrf() {
         let a = post(format!("action=resume&csrf={csrf}")).await;
         assert_eq!(a.status, 303);
         assert!(!operator_state(&c.redis, "probe").await.1, "not paused");
+        // The probe's own period ran (and failed) when it was first led: the trigger re-runs
+        // it as the next attempt.
+        let newest = || async {
+            let (_, runs) =
+                crate::harness::http(&c.http[1], "GET", "/v1/jobs/probe/runs", None).await;
+            let r = &runs["runs"][0];
+            (r["attempt"].as_u64().unwrap_or(0), r["status"] == "failed")
+        };
+        let before = wait_for("the first run to fail", Duration::from_secs(60), || async {
+            let (attempt, failed) = newest().await;
+            failed.then_some(attempt)
+        })
+        .await;
         let a = post(format!("action=trigger&period=&csrf={csrf}")).await;
         assert_eq!(a.status, 303, "{}", a.body);
         let to = a.header("location").pop().unwrap();
@@ -313,12 +351,11 @@ async fn every_node_shows_the_cluster_and_actions_need_its_session_and_csrf() {
 
         // The hostile run fails; its error is shown as text on every node.
         wait_for(
-            "the hostile run to fail",
+            "the triggered attempt to fail",
             Duration::from_secs(60),
             || async {
-                let (_, runs) =
-                    crate::harness::http(&c.http[1], "GET", "/v1/jobs/probe/runs", None).await;
-                (runs["runs"][0]["status"] == "failed").then_some(())
+                let (attempt, failed) = newest().await;
+                (attempt > before && failed).then_some(())
             },
         )
         .await;
@@ -406,7 +443,7 @@ async fn every_node_shows_the_cluster_and_actions_need_its_session_and_csrf() {
 async fn the_pages_follow_a_crashed_leader_to_its_successor() {
     deadline(Duration::from_secs(180), async {
         let mut c = Console::start("console-crash").await;
-        let leader = c.leader("ticker").await;
+        let leader = c.settled_leader("ticker").await;
         let i: usize = leader[1..].parse().unwrap();
         let killed: Value = crate::harness::http(&c.http[i], "GET", "/v1/jobs/ticker/terms", None)
             .await

@@ -486,8 +486,9 @@ async fn leader_lost_mid_transaction(fault: Fault) {
         let dirs = (TempDir::new("sql-jobs"), TempDir::new("sql-data"));
         let sidecar = "[catch-up]\npolicy = \"skip\"\n[sql]\nstatement-time = \"10s\"\n[sql.databases]\nledger = \"ledger\"\n";
         // Cut off, the leader spins on with its transaction open until well past its local
-        // deadline (lease 2 s), then tries to commit; frozen or killed, a second is enough.
-        let plan = holding_charge(if fault == Fault::Cut { 5000 } else { 1000 });
+        // deadline (lease 2 s), then tries to commit; frozen or killed, it holds until the
+        // fault is made (then `release` lets the successor's step go on at once).
+        let plan = holding_charge(if fault == Fault::Cut { 5000 } else { 30_000 });
         let proxies = [
             FaultProxy::start(redis.port).await,
             FaultProxy::start(redis.port).await,
@@ -520,6 +521,9 @@ async fn leader_lost_mid_transaction(fault: Fault) {
             Fault::Freeze => hosts[z].pause(),
             Fault::Kill => hosts[z].kill(),
             Fault::Cut => proxies[z].set(ProxyFault::Blackhole),
+        }
+        if fault != Fault::Cut {
+            std::fs::write(dirs.1.join("sqlprobe/release"), "").unwrap();
         }
         let (first, second) = (&hosts[z], &hosts[s]);
         if fault == Fault::Cut {
@@ -611,7 +615,9 @@ async fn a_commit_whose_reply_is_lost_is_unavailable_and_may_have_been_applied()
         let proxy = FaultProxy::start(pg.port).await;
         deploy_probe(&holding_charge(30_000), SIDECAR, &dirs);
         let database = format!("ledger=postgres://{ROLE}@127.0.0.1:{}/postgres", proxy.port);
-        let host = probe_host_on("n1", &redis.url(), &dirs, ("2s", "500ms"), &database, &[]);
+        // One host, a 10 s lease: the database's idle limit (the lease's TTL) is far from the
+        // moments between the row and the COMMIT, however loaded the machine.
+        let host = probe_host_on("n1", &redis.url(), &dirs, ("10s", "2s"), &database, &[]);
         host.wait_for_log("became leader", Duration::from_secs(60))
             .await;
         trigger(&redis, "sqlprobe", PERIOD);
@@ -788,7 +794,7 @@ async fn redis_restarted_empty_with_its_token_source_set_back_costs_a_term_not_a
         redis.crash_and_restart().await;
         wait_for(
             "a charge booked by a term after the restart",
-            Duration::from_secs(20),
+            Duration::from_secs(60),
             || async { rows().await.iter().any(|r| r.2 > old).then_some(()) },
         )
         .await;
