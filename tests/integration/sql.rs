@@ -1049,6 +1049,46 @@ async fn a_declared_database_is_granted_by_name_and_a_sidecar_may_map_it_to_anot
     .await;
 }
 
+/// A component built to world 0.4.2 (the `oldsql` fixture: the `sql` import, no `databases`
+/// export) still loads on the 0.4.3 host, through the 0.4.2 bindings, and runs: its database is
+/// granted by its sidecar, as before 0.4.3, and its charge lands under its term's token.
+#[tokio::test]
+async fn a_component_built_to_world_0_4_2_is_granted_its_database_by_its_sidecar() {
+    deadline(Duration::from_secs(120), async {
+        let runtime =
+            leasehold::exec::runtime::Runtime::new(leasehold::exec::spec::HostLimits::default())
+                .unwrap();
+        let job = runtime.load(&guests().wasm("oldsql")).await.unwrap();
+        assert_eq!(job.world(), "0.4.2");
+        assert!(job.spec.sql.databases.is_empty(), "it declares none");
+        let pg = prepared(&["oldsql"]).await;
+        let redis = RedisServer::start().await;
+        let dirs = (TempDir::new("sql-old-jobs"), TempDir::new("sql-old-data"));
+        std::fs::copy(guests().wasm("oldsql"), dirs.0.join("oldsql.wasm")).unwrap();
+        std::fs::write(
+            dirs.0.join("oldsql.toml"),
+            "[catch-up]\npolicy = \"skip\"\n[sql.databases]\nledger = \"ledger\"\n",
+        )
+        .unwrap();
+        let database = format!("ledger={}", pg.url(ROLE));
+        let host = probe_host_on("n1", &redis.url(), &dirs, ("2s", "500ms"), &database, &[]);
+        host.wait_for_log("became leader", Duration::from_secs(60))
+            .await;
+        trigger(&redis, "oldsql", PERIOD);
+        let record = wait_for("the run to finish", Duration::from_secs(90), || async {
+            run_record(&redis, "oldsql", PERIOD)
+                .await
+                .filter(|r| r["status"] == "done" || r["status"] == "failed")
+        })
+        .await;
+        assert_eq!(record["status"], "done", "{record}");
+        let token = record["token"].as_i64().unwrap();
+        assert_eq!(charges(&pg).await, [("oldsql".to_string(), token)]);
+        assert_eq!(token, fence_token(&pg, "oldsql").await);
+    })
+    .await;
+}
+
 /// The reconciliation sample granted an `accounting` database writes the day's report into its
 /// `reconciliation_reports` table (`guest-jobs/reconciliation/reports.sql`): one row, under the
 /// term's token (the database's own fence row holds the same), with the totals and the text
