@@ -216,8 +216,11 @@ impl Billing {
             .collect()
     }
 
-    /// The leader once it is in the middle of step 1 (customer c0060 charged), and the period.
-    async fn leader_mid_step(&self) -> (usize, String) {
+    /// The leader once it is in the middle of step 1 (customer c0060 charged), frozen (SIGSTOP),
+    /// and the period. The lease's holder, not the first host that logged a step: balancing may
+    /// hand the run to the job's preferred member between steps, so the holder is frozen, the
+    /// lease read again, and the holder woken and the look repeated if the lease moved meanwhile.
+    async fn leader_paused_mid_step(&self) -> (usize, String) {
         let period = wait_for(
             "the billing run to start",
             Duration::from_secs(60),
@@ -236,24 +239,31 @@ impl Billing {
             || async { self.charged_c0060(&period).await.then_some(()) },
         )
         .await;
-        // The lease's holder, not the first host that logged a step: balancing may have handed
-        // the run to the job's preferred member after step 0, and hand-overs happen only between
-        // steps, so whoever holds the lease while step 1 writes is the one writing it.
-        let owner: String = wait_for("a holder of the lease", Duration::from_secs(30), || async {
-            self.redis
-                .conn()
-                .await
-                .get::<_, Option<String>>("lh:{billing}:lease")
-                .await
-                .ok()
-                .flatten()
-        })
-        .await;
-        let node = owner.split(':').next().unwrap();
-        let leader = (0..3)
-            .find(|i| format!("n{i}") == node)
-            .unwrap_or_else(|| panic!("the lease is held by {owner:?}, not one of the hosts"));
-        (leader, period)
+        let holder = || async {
+            wait_for("a holder of the lease", Duration::from_secs(30), || async {
+                self.redis
+                    .conn()
+                    .await
+                    .get::<_, Option<String>>("lh:{billing}:lease")
+                    .await
+                    .ok()
+                    .flatten()
+            })
+            .await
+        };
+        for _ in 0..10 {
+            let owner = holder().await;
+            let node = owner.split(':').next().unwrap();
+            let leader = (0..3)
+                .find(|i| format!("n{i}") == node)
+                .unwrap_or_else(|| panic!("the lease is held by {owner:?}, not one of the hosts"));
+            self.hosts[leader].pause();
+            if holder().await == owner {
+                return (leader, period);
+            }
+            self.hosts[leader].resume();
+        }
+        panic!("the billing lease kept moving between hosts");
     }
 
     /// Waits for the period's run to be done, then checks the applied history: fences never
@@ -369,7 +379,7 @@ async fn frozen_leader(name: &str, sink: Sink) {
 async fn crashed_leader_with(name: &str, sink: Sink, provider: bool) {
     deadline(Duration::from_secs(180), async {
         let mut b = Billing::start_with(name, sink, provider).await;
-        let (leader, period) = b.leader_mid_step().await;
+        let (leader, period) = b.leader_paused_mid_step().await;
         b.hosts[leader].kill();
         b.assert_billed_once(&period).await;
         if provider {
@@ -421,13 +431,12 @@ async fn crashed_leader_with(name: &str, sink: Sink, provider: bool) {
 async fn frozen_leader_with(name: &str, sink: Sink, provider: bool) {
     deadline(Duration::from_secs(180), async {
         let b = Billing::start_with(name, sink, provider).await;
-        let (leader, period) = b.leader_mid_step().await;
+        let (leader, period) = b.leader_paused_mid_step().await;
         // The zombie's token: the newest request's, sent while it was inside step 1.
         let zombie = b
             .provider
             .as_ref()
             .and_then(|p| p.received().last().and_then(|r| r.token()));
-        b.hosts[leader].pause();
         b.assert_billed_once(&period).await;
         let before = b
             .provider
