@@ -239,18 +239,7 @@ impl Billing {
             || async { self.charged_c0060(&period).await.then_some(()) },
         )
         .await;
-        let holder = || async {
-            wait_for("a holder of the lease", Duration::from_secs(30), || async {
-                self.redis
-                    .conn()
-                    .await
-                    .get::<_, Option<String>>("lh:{billing}:lease")
-                    .await
-                    .ok()
-                    .flatten()
-            })
-            .await
-        };
+        let holder = || crate::harness::lease_owner(&self.redis, "billing");
         for _ in 0..10 {
             let owner = holder().await;
             let node = owner.split(':').next().unwrap();

@@ -146,17 +146,7 @@ impl Console {
     /// The node leading `job` once it is the job's preferred member (balancing hands a job to
     /// it shortly after start, so an earlier holder would be a moment's).
     pub(crate) async fn settled_leader(&self, job: &str) -> String {
-        let members: leasehold::coord::members::Members = (0..self.hosts.len())
-            .map(|i| {
-                (
-                    format!("n{i}"),
-                    leasehold::coord::members::MemberInfo::with_capacity(1),
-                )
-            })
-            .collect();
-        let want = leasehold::coord::members::preferred(job, &members, None)
-            .unwrap()
-            .to_string();
+        let want = crate::harness::preferred_node(job, self.hosts.len());
         wait_for(
             "the preferred member to lead",
             Duration::from_secs(120),

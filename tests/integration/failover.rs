@@ -238,21 +238,6 @@ impl Cluster {
             .unwrap()
     }
 
-    /// The owner the job's lease holds once one holds it (between terms, during a hand-over,
-    /// the key is briefly absent).
-    async fn held_lease(&self) -> String {
-        wait_for("a holder of the lease", Duration::from_secs(30), || async {
-            self.redis
-                .conn()
-                .await
-                .get::<_, Option<String>>("lh:{reconciliation}:lease")
-                .await
-                .ok()
-                .flatten()
-        })
-        .await
-    }
-
     /// How many terms each host has logged so far (for [`Cluster::new_leader`]).
     fn terms_logged(&self) -> Vec<usize> {
         self.hosts
@@ -343,17 +328,7 @@ impl Cluster {
     /// The host whose term holds the job's lease once it is the job's preferred member among
     /// the three (balancing moves the job there, between runs, after the cluster starts).
     async fn preferred_leader(&self) -> usize {
-        let members: leasehold::coord::members::Members = (0..self.hosts.len())
-            .map(|i| {
-                (
-                    format!("n{i}"),
-                    leasehold::coord::members::MemberInfo::with_capacity(1),
-                )
-            })
-            .collect();
-        let want = leasehold::coord::members::preferred("reconciliation", &members, None)
-            .unwrap()
-            .to_string();
+        let want = harness::preferred_node("reconciliation", self.hosts.len());
         wait_for(
             "the preferred member to lead",
             Duration::from_secs(120),
@@ -667,7 +642,7 @@ async fn redis_restart(aof: bool) {
 
     // Hand over once more: the next term's token is above every earlier one. The leader now is
     // the lease's holder (balancing may have handed the job on after the run).
-    let holder = cluster.held_lease().await;
+    let holder = harness::lease_owner(&cluster.redis, "reconciliation").await;
     let leader: usize = holder.split(':').next().unwrap()[1..].parse().unwrap();
     let highest = all_terms(&cluster).into_iter().max().unwrap();
     assert!(

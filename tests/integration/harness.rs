@@ -62,6 +62,41 @@ pub(crate) fn trigger(redis: &RedisServer, job: &str, period: &str) -> String {
     leasehold_harness::process::trigger(LEASEHOLD, &redis.url(), job, period)
 }
 
+/// The owner (`node:uuid`) of `job`'s lease, once one holds it (waits up to 30 s: between two
+/// terms, during a hand-over, the key is briefly absent).
+pub(crate) async fn lease_owner(redis: &RedisServer, job: &str) -> String {
+    wait_for(
+        &format!("a holder of {job}'s lease"),
+        std::time::Duration::from_secs(30),
+        || async {
+            redis::AsyncCommands::get::<_, Option<String>>(
+                &mut redis.conn().await,
+                format!("lh:{{{job}}}:lease"),
+            )
+            .await
+            .ok()
+            .flatten()
+        },
+    )
+    .await
+}
+
+/// The member `job` prefers among the nodes `n0`..`n{hosts - 1}`, all of capacity 1: the one
+/// balancing settles the job on.
+pub(crate) fn preferred_node(job: &str, hosts: usize) -> String {
+    let members: leasehold::coord::members::Members = (0..hosts)
+        .map(|i| {
+            (
+                format!("n{i}"),
+                leasehold::coord::members::MemberInfo::with_capacity(1),
+            )
+        })
+        .collect();
+    leasehold::coord::members::preferred(job, &members, None)
+        .expect("a member")
+        .to_string()
+}
+
 /// The run record of `job`'s `period`, if there is one.
 pub(crate) async fn run_record(
     redis: &RedisServer,
