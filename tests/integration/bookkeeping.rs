@@ -29,11 +29,13 @@ fn probe_dirs(mode: &str) -> TempDir {
     std::fs::create_dir_all(dir.join("data/probe")).unwrap();
     std::fs::write(dir.join("data/probe/mode"), mode).unwrap();
     std::fs::copy(guests().wasm("probe"), dir.join("jobs/probe.wasm")).unwrap();
+    std::fs::write(dir.join("jobs/probe.toml"), crate::harness::PINNED_TO_2026).unwrap();
     dir
 }
 
-/// The probe fires once a year (1 January): a cursor after this year's fire time keeps the
-/// scheduler from running [`PERIOD`] by itself, so only the test's requests run it.
+/// The probe fires once, on 1 January 2026 (its schedule pinned by its sidecar): a cursor after
+/// that fire time keeps the scheduler from running [`PERIOD`] by itself, so only the test's
+/// requests run it.
 async fn seed_cursor(redis: &RedisServer) {
     let _: () = redis
         .conn()
@@ -623,7 +625,10 @@ async fn a_paused_jobs_waiting_run_is_cancelled_too() {
         // The first attempt traps; the retry waits 30 s: the run is open, running nothing.
         std::fs::write(
             dir.join("jobs/probe.toml"),
-            "[retry]\nattempts = 3\nbackoff = \"30s\"\n",
+            format!(
+                "{}[retry]\nattempts = 3\nbackoff = \"30s\"\n",
+                crate::harness::PINNED_TO_2026
+            ),
         )
         .unwrap();
         let host = start(&dir, &redis, "n1", ("2s", "500ms"));

@@ -23,7 +23,8 @@ use crate::harness::{
 };
 use crate::history::{History, Recorder};
 
-/// The tasker's current period (its schedule fires once a year; a leader runs it at once).
+/// The tasker's current period (its schedule fires once a year, pinned to 2026 by its sidecar,
+/// [`crate::harness::PINNED_TO_2026`]; a leader runs it at once).
 const PERIOD: &str = "2026-01-01";
 const JOB: &str = "tasker";
 
@@ -178,16 +179,23 @@ impl FanOut {
     }
 }
 
-/// A directory with the tasker in `jobs/` (with `sidecar` as its `tasker.toml`) and `config` as
+/// A directory with the tasker in `jobs/` (its `tasker.toml`: the schedule pinned to 2026, then
+/// `sidecar`) and `config` as
 /// its `data/tasker/tasker.json`.
 fn tasker_dir(name: &str, config: &Value, sidecar: Option<&str>) -> TempDir {
     let dir = TempDir::new(name);
     std::fs::create_dir_all(dir.join("jobs")).unwrap();
     std::fs::create_dir_all(dir.join("data/tasker")).unwrap();
     std::fs::copy(guests().wasm("tasker"), dir.join("jobs/tasker.wasm")).unwrap();
-    if let Some(sidecar) = sidecar {
-        std::fs::write(dir.join("jobs/tasker.toml"), sidecar).unwrap();
-    }
+    std::fs::write(
+        dir.join("jobs/tasker.toml"),
+        format!(
+            "{}{}",
+            crate::harness::PINNED_TO_2026,
+            sidecar.unwrap_or_default()
+        ),
+    )
+    .unwrap();
     std::fs::write(dir.join("data/tasker/tasker.json"), config.to_string()).unwrap();
     dir
 }

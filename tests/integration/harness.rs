@@ -62,6 +62,12 @@ pub(crate) fn trigger(redis: &RedisServer, job: &str, period: &str) -> String {
     leasehold_harness::process::trigger(LEASEHOLD, &redis.url(), job, period)
 }
 
+/// A sidecar's first line that pins a yearly fixture (`0 0 0 1 1 *`: `probe`, `sqlprobe`,
+/// `oldsql`, `tasker`, `httpprobe`) to 2026: its only period is then `2026-01-01` in any later
+/// year too, so that tests naming that period, and the fixture's own catch-up of it, behave the
+/// same whatever the date.
+pub(crate) const PINNED_TO_2026: &str = "schedule = \"0 0 0 1 1 * 2026\"\n";
+
 /// The owner (`node:uuid`) of `job`'s lease, once one holds it (waits up to 30 s: between two
 /// terms, during a hand-over, the key is briefly absent).
 pub(crate) async fn lease_owner(redis: &RedisServer, job: &str) -> String {

@@ -26,7 +26,11 @@ fn deploy(plan: &str, sidecar: &str, (jobs, data): &(TempDir, TempDir)) {
         }
     };
     write(data.join(JOB).join("plan.txt"), plan);
-    write(jobs.join(&format!("{JOB}.toml")), sidecar);
+    // The fixture's yearly schedule pinned to 2026, so that [`PERIOD`] is its period in any year.
+    write(
+        jobs.join(&format!("{JOB}.toml")),
+        &format!("{}{sidecar}", crate::harness::PINNED_TO_2026),
+    );
     if !jobs.join(&format!("{JOB}.wasm")).exists() {
         std::fs::copy(guests().wasm(JOB), jobs.join(&format!("{JOB}.wasm"))).unwrap();
     }

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use chrono::{Timelike, Utc};
+use chrono::{Datelike, NaiveDate, Timelike, Utc};
 use redis::AsyncCommands;
 use serde_json::Value;
 
@@ -94,6 +94,21 @@ async fn final_records(redis: &RedisServer, job: &str, n: usize) -> BTreeMap<Str
     .await
 }
 
+/// The last Sunday of `month` in `year`: the day of Europe's DST changes (March, October).
+fn last_sunday(year: i32, month: u32) -> NaiveDate {
+    let next = if month == 12 {
+        NaiveDate::from_ymd_opt(year + 1, 1, 1)
+    } else {
+        NaiveDate::from_ymd_opt(year, month + 1, 1)
+    }
+    .unwrap();
+    let mut d = next.pred_opt().unwrap();
+    while d.weekday() != chrono::Weekday::Sun {
+        d = d.pred_opt().unwrap();
+    }
+    d
+}
+
 fn statuses(records: &BTreeMap<String, Value>) -> Vec<(String, String)> {
     records
         .iter()
@@ -160,19 +175,44 @@ async fn missed_periods_follow_each_catch_up_policy_and_are_recorded() {
 #[tokio::test]
 async fn a_daily_job_at_0230_runs_once_per_local_day_across_both_dst_transitions() {
     deadline(Duration::from_secs(240), async {
-        // Europe/Berlin: 02:30 does not exist on 2026-03-29 and happens twice on 2026-10-25.
-        let sidecar = "schedule = \"0 30 2 * * *\"\ntime-zone = \"Europe/Berlin\"\n[catch-up]\npolicy = \"all\"\nwindow = \"300days\"\n";
-        let s = setup("ticker", Some(sidecar), &[], Some("2026-03-27T02:30:00")).await;
-        // Every local day from 2026-03-28 to the current period.
+        // Europe/Berlin: 02:30 does not exist on the last Sunday of March and happens twice on
+        // the last Sunday of October. The test takes the two most recent changes that lie within
+        // the catch-up window (at most 400 days) and a week in the past, and a schedule that
+        // fires only in their months and years: the days to run are known, whatever the date.
         let berlin = Utc::now().with_timezone(&chrono_tz::Europe::Berlin);
-        let mut last = berlin.date_naive();
+        let today = berlin.date_naive();
+        let oldest = today - chrono::Duration::days(390);
+        let week = chrono::Duration::days(6);
+        let y = today.year();
+        let (schedule, march, october, in_schedule): (String, NaiveDate, NaiveDate, Box<dyn Fn(NaiveDate) -> bool>) =
+            if today > last_sunday(y, 10) + week && last_sunday(y, 3) > oldest {
+                // March to October of this year.
+                let (m, o) = (last_sunday(y, 3), last_sunday(y, 10));
+                (format!("0 30 2 * 3-10 * {y}"), m, o, Box::new(move |d: NaiveDate| d.year() == y && (3..=10).contains(&d.month())))
+            } else if today > last_sunday(y, 3) + week && last_sunday(y - 1, 10) > oldest {
+                // Last October to this March (and this year's October, once it has begun).
+                let (m, o) = (last_sunday(y, 3), last_sunday(y - 1, 10));
+                (format!("0 30 2 * 1-3,10-12 * {},{y}", y - 1), m, o, Box::new(move |d: NaiveDate| (d.year() == y - 1 || d.year() == y) && !(4..=9).contains(&d.month())))
+            } else {
+                // March to October of last year (early in a year).
+                let (m, o) = (last_sunday(y - 1, 3), last_sunday(y - 1, 10));
+                (format!("0 30 2 * 3-10 * {}", y - 1), m, o, Box::new(move |d: NaiveDate| d.year() == y - 1 && (3..=10).contains(&d.month())))
+            };
+        let first = march.min(october) - chrono::Duration::days(1);
+        let cursor = format!("{}T02:30:00", first - chrono::Duration::days(1));
+        let sidecar = format!(
+            "schedule = \"{schedule}\"\ntime-zone = \"Europe/Berlin\"\n[catch-up]\npolicy = \"all\"\nwindow = \"400days\"\n"
+        );
+        let s = setup("ticker", Some(&sidecar), &[], Some(&cursor)).await;
+        // Every local day of the schedule from `first` to the current period.
+        let mut last = today;
         if berlin.time() < chrono::NaiveTime::from_hms_opt(2, 30, 0).unwrap() {
             last = last.pred_opt().unwrap();
         }
-        let first = chrono::NaiveDate::from_ymd_opt(2026, 3, 28).unwrap();
         let days: Vec<String> = first
             .iter_days()
             .take_while(|d| *d <= last)
+            .filter(|d| in_schedule(*d))
             .map(|d| d.to_string())
             .collect();
         let records = final_records(&s.redis, "ticker", days.len()).await;
@@ -182,12 +222,12 @@ async fn a_daily_job_at_0230_runs_once_per_local_day_across_both_dst_transitions
             assert_eq!(r["attempt"], 1, "{r}");
         }
         assert_eq!(
-            records["2026-03-29"]["scheduled_at"],
-            "2026-03-29T03:30:00+02:00"
+            records[&march.to_string()]["scheduled_at"],
+            format!("{march}T03:30:00+02:00")
         );
         assert_eq!(
-            records["2026-10-25"]["scheduled_at"],
-            "2026-10-25T02:30:00+02:00"
+            records[&october.to_string()]["scheduled_at"],
+            format!("{october}T02:30:00+02:00")
         );
         // One run per day, each once: one `run done` line and one output per period.
         let done = s.host.log_lines_with("\"run done\"");

@@ -244,10 +244,12 @@ fn deploy_probe(plan: &str, sidecar: &str, (jobs, data): &(TempDir, TempDir)) {
     {
         std::fs::write(data.join("sqlprobe/plan.txt"), plan).unwrap();
     }
+    // The probe's yearly schedule pinned to 2026, so that [`PERIOD`] is its period in any year.
+    let sidecar = format!("{}{sidecar}", crate::harness::PINNED_TO_2026);
     if std::fs::read_to_string(jobs.join("sqlprobe.toml"))
         .ok()
         .as_deref()
-        != Some(sidecar)
+        != Some(sidecar.as_str())
     {
         std::fs::write(jobs.join("sqlprobe.toml"), sidecar).unwrap();
     }
@@ -1067,7 +1069,10 @@ async fn a_component_built_to_world_0_4_2_is_granted_its_database_by_its_sidecar
         std::fs::copy(guests().wasm("oldsql"), dirs.0.join("oldsql.wasm")).unwrap();
         std::fs::write(
             dirs.0.join("oldsql.toml"),
-            "[catch-up]\npolicy = \"skip\"\n[sql.databases]\nledger = \"ledger\"\n",
+            format!(
+                "{}[catch-up]\npolicy = \"skip\"\n[sql.databases]\nledger = \"ledger\"\n",
+                crate::harness::PINNED_TO_2026
+            ),
         )
         .unwrap();
         let database = format!("ledger={}", pg.url(ROLE));
