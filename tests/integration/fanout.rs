@@ -250,12 +250,15 @@ async fn tasks_run_on_every_replica_and_their_outputs_make_the_result() {
         }
         f.assert_sum().await;
         f.assert_history();
-        let workers = f
-            .hosts
-            .iter()
-            .filter(|h| !h.log_lines_with("\"task done\"").is_empty())
-            .count();
-        assert!(workers >= 2, "tasks ran on {workers} host(s) only");
+        let workers = crate::harness::settled(&true, || {
+            f.hosts
+                .iter()
+                .filter(|h| !h.log_lines_with("\"task done\"").is_empty())
+                .count()
+                >= 2
+        })
+        .await;
+        assert!(workers, "tasks ran on fewer than two hosts");
         // Every worker is visible in the status: slots, tasks done, last heartbeat.
         let addr = f.hosts[0].http_addr(Duration::from_secs(30)).await;
         let done: u64 = wait_for("the workers' figures", Duration::from_secs(10), || async {
@@ -443,12 +446,14 @@ async fn a_new_leader_collects_the_tasks_its_predecessor_submitted() {
         f.assert_sum().await;
         f.assert_history();
         // Nothing was submitted twice: one submission added every task.
-        let added: u64 = f
-            .hosts
-            .iter()
-            .flat_map(|h| h.log_lines_with("\"tasks submitted\""))
-            .filter_map(|l| serde_json::from_str::<Value>(&l).ok()?["added"].as_u64())
-            .sum();
+        let added = crate::harness::settled(&f.tasks, || {
+            f.hosts
+                .iter()
+                .flat_map(|h| h.log_lines_with("\"tasks submitted\""))
+                .filter_map(|l| serde_json::from_str::<Value>(&l).ok()?["added"].as_u64())
+                .sum::<u64>()
+        })
+        .await;
         assert_eq!(added, f.tasks, "tasks added by submissions");
         // The new leader took over the tasks still running (they ran again under its term).
         assert_eq!(f.count("took over the run's unfinished tasks"), 1);
@@ -910,10 +915,13 @@ async fn a_fanned_out_reconciliation_writes_exactly_the_sequential_report() {
             assert!(a == b, "{f} differs from {s}");
         }
         // Its parts ran as tasks, fenced; the run's task records left with it.
-        let ran: usize = hosts
-            .iter()
-            .map(|h| h.log_lines_with("\"task done\"").len())
-            .sum();
+        let ran = crate::harness::settled(&3, || {
+            hosts
+                .iter()
+                .map(|h| h.log_lines_with("\"task done\"").len())
+                .sum::<usize>()
+        })
+        .await;
         assert_eq!(ran, 3);
         recorder
             .check()
@@ -922,10 +930,13 @@ async fn a_fanned_out_reconciliation_writes_exactly_the_sequential_report() {
         assert!(!left);
         // The tasks wrote their parts' fragments (each task's log says how many), and the last
         // step deleted every one.
-        let written: usize = hosts
-            .iter()
-            .flat_map(|h| h.log_lines_with("fragments written"))
-            .count();
+        let written = crate::harness::settled(&3, || {
+            hosts
+                .iter()
+                .flat_map(|h| h.log_lines_with("fragments written"))
+                .count()
+        })
+        .await;
         assert_eq!(written, 3);
         let fragments: Vec<String> = c.keys("lh:{recon-fan}:data:fan/*").await.unwrap();
         assert!(fragments.is_empty(), "{fragments:?}");
@@ -1020,13 +1031,16 @@ async fn a_task_that_is_not_ready_runs_again_as_the_same_attempt() {
         );
         // Not a failed attempt: nothing retried, and t-1 ran again as attempt 1.
         assert_eq!(f.count("task attempt failed"), 0);
-        let started: Vec<Value> = f
-            .hosts
-            .iter()
-            .flat_map(|h| h.log_lines_with("\"task started\""))
-            .filter_map(|l| serde_json::from_str(&l).ok())
-            .filter(|v: &Value| v["task"] == "t-1")
-            .collect();
+        let started_t1 = || -> Vec<Value> {
+            f.hosts
+                .iter()
+                .flat_map(|h| h.log_lines_with("\"task started\""))
+                .filter_map(|l| serde_json::from_str(&l).ok())
+                .filter(|v: &Value| v["task"] == "t-1")
+                .collect()
+        };
+        crate::harness::settled(&2, || started_t1().len()).await;
+        let started = started_t1();
         assert_eq!(started.len(), 2, "{started:?}");
         assert!(started.iter().all(|v| v["attempt"] == 1), "{started:?}");
     })

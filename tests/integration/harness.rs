@@ -68,6 +68,23 @@ pub(crate) fn trigger(redis: &RedisServer, job: &str, period: &str) -> String {
 /// same whatever the date.
 pub(crate) const PINNED_TO_2026: &str = "schedule = \"0 0 0 1 1 * 2026\"\n";
 
+/// `value()` once it equals `want` (polled for up to 5 s), else its last value: for counts of
+/// log lines, which reach the harness a moment after what they describe (a process's output is
+/// read on a thread of its own).
+pub(crate) async fn settled<T: PartialEq>(want: &T, mut value: impl FnMut() -> T) -> T {
+    let _ = leasehold_harness::poll_until(
+        "log lines to arrive",
+        std::time::Duration::from_secs(5),
+        std::time::Duration::from_millis(20),
+        || {
+            let ok = value() == *want;
+            async move { ok.then_some(()) }
+        },
+    )
+    .await;
+    value()
+}
+
 /// The owner (`node:uuid`) of `job`'s lease, once one holds it (waits up to 30 s: between two
 /// terms, during a hand-over, the key is briefly absent).
 pub(crate) async fn lease_owner(redis: &RedisServer, job: &str) -> String {

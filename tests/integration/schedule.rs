@@ -230,8 +230,11 @@ async fn a_daily_job_at_0230_runs_once_per_local_day_across_both_dst_transitions
             format!("{october}T02:30:00+02:00")
         );
         // One run per day, each once: one `run done` line and one output per period.
-        let done = s.host.log_lines_with("\"run done\"");
-        assert_eq!(done.len(), days.len());
+        let done = crate::harness::settled(&days.len(), || {
+            s.host.log_lines_with("\"run done\"").len()
+        })
+        .await;
+        assert_eq!(done, days.len());
         let mut c = s.redis.conn().await;
         let ticks: Vec<String> = c.keys("lh:{ticker}:data:tick/*").await.unwrap();
         assert_eq!(ticks.len(), days.len());
@@ -548,7 +551,7 @@ async fn triggers_are_deduplicated_with_the_schedule_over_the_cli_and_http() {
         .await;
         assert_eq!(body["result"], "already-done", "{body}");
         assert_eq!(
-            s.host.log_lines_with("\"run done\"").len(),
+            crate::harness::settled(&2, || s.host.log_lines_with("\"run done\"").len()).await,
             2,
             "each period ran once"
         );
