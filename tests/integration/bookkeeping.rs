@@ -569,7 +569,8 @@ async fn an_operator_cancels_a_running_step_and_the_run_is_recorded_cancelled() 
         );
         assert!(r["finished_at"].is_string(), "{r}");
         assert_eq!(
-            host.log_lines_with("stopped the run's step").len(),
+            crate::harness::settled(&1, || host.log_lines_with("stopped the run's step").len())
+                .await,
             1,
             "the cancel did not stop the running step"
         );

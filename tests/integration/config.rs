@@ -186,6 +186,13 @@ async fn a_redis_set_to_evict_after_start_up_stops_the_host_loudly() {
             .wait_exit("the host to stop", Duration::from_secs(20))
             .await;
         assert_eq!(status.code(), Some(1), "{status:?}");
+        // Its last lines reach the harness after the exit.
+        crate::harness::settled(&true, || {
+            !host
+                .log_lines_with("steps stopped and leases released")
+                .is_empty()
+        })
+        .await;
         let said = host.log_lines_with("redis maxmemory-policy is allkeys-lru");
         assert!(
             said.iter()

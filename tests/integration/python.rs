@@ -170,9 +170,10 @@ async fn killed_leader(name: &str, ledger: bool) {
         .await;
         assert_eq!(done["node"], ["py-a", "py-b"][survivor], "{done}");
         assert_eq!(
-            hosts[survivor]
+            crate::harness::settled(&1, || hosts[survivor]
                 .log_lines_with("resuming run from its checkpoint")
-                .len(),
+                .len())
+            .await,
             1,
             "the successor resumed from the checkpoint instead of starting over"
         );
