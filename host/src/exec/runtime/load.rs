@@ -256,11 +256,8 @@ impl Runtime {
 fn raw_spec(Described { spec, databases }: Described) -> Result<RawSpec, String> {
     let mut sql = crate::exec::sql::SqlAsk::default();
     for name in databases {
-        if !crate::exec::sql::valid_name(&name) {
-            return Err(format!(
-                "invalid job spec: databases(): database name {name:?} must be 1 to 64 of a-z, 0-9, - and _"
-            ));
-        }
+        crate::exec::sql::check_name(&name)
+            .map_err(|e| format!("invalid job spec: databases(): {e}"))?;
         if sql.databases.insert(name.clone(), name.clone()).is_some() {
             return Err(format!(
                 "invalid job spec: databases(): database {name} is named twice"

@@ -155,14 +155,10 @@ impl Sidecar {
                 // host's databases, or one more granted.
                 for (job_name, host_name) in d {
                     for n in [job_name, host_name] {
-                        if !crate::exec::sql::valid_name(n) {
-                            return Err(SpecError::Sidecar {
-                                field: Some("sql.databases".into()),
-                                message: format!(
-                                    "database name {n:?} must be 1 to 64 of a-z, 0-9, - and _"
-                                ),
-                            });
-                        }
+                        crate::exec::sql::check_name(n).map_err(|message| SpecError::Sidecar {
+                            field: Some("sql.databases".into()),
+                            message,
+                        })?;
                     }
                     raw.sql
                         .databases

@@ -57,12 +57,19 @@ impl PartialEq for DatabaseConfig {
 impl Eq for DatabaseConfig {}
 
 /// Whether `name` may name a database: 1 to 64 of `a-z 0-9 _ -` (the host's names, and the
-/// names a job declares or its sidecar maps).
-pub fn valid_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
+/// names a job declares or its sidecar maps); the error says so, naming it.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let valid = (1..=64).contains(&name.len())
         && name
             .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "database name {name:?} must be 1 to 64 of a-z, 0-9, - and _"
+        ))
+    }
 }
 
 /// Reads `NAME=URL`: a name of `a-z 0-9 _ -` and a `postgres://` or `postgresql://` URL, whose
@@ -75,11 +82,7 @@ pub fn parse_database(arg: &str) -> Result<DatabaseConfig, String> {
             crate::store::redact(arg)
         ));
     };
-    if !valid_name(name) {
-        return Err(format!(
-            "database name {name:?} must be 1 to 64 of a-z, 0-9, - and _"
-        ));
-    }
+    check_name(name)?;
     let shown = crate::store::redact(url);
     if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
         return Err(format!(

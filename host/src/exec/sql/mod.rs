@@ -46,7 +46,7 @@ use std::time::Duration;
 
 use tokio_postgres::error::SqlState;
 
-pub use config::{DatabaseConfig, SqlAsk, SqlCaps, SqlLimits, parse_database, valid_name};
+pub use config::{DatabaseConfig, SqlAsk, SqlCaps, SqlLimits, check_name, parse_database};
 pub use pool::{Database, VerifyError};
 pub(crate) use tls::system_roots;
 pub use tx::Tx;
