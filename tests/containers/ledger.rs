@@ -9,7 +9,7 @@ use std::time::Duration;
 use leasehold_harness::deadline;
 
 use crate::compose::{CUSTOMERS, Compose, Deploy};
-use crate::{done, leader, mid_run, trigger};
+use crate::{done, leader, mid_run, pause_the_holder, trigger};
 
 const JOB: &str = "billing-pg";
 
@@ -45,10 +45,10 @@ async fn the_ledger_in_postgresql_books_each_charge_once_across_a_kill_and_a_pau
             "finished under the killed leader's term: {after_kill}"
         );
         // A pause past the lease: the woken leader steps down and books nothing more.
-        let paused = leader(&c, JOB, Some(&killed)).await;
-        trigger(&c, &paused, JOB, "2026-11-08").await;
+        let asked = leader(&c, JOB, Some(&killed)).await;
+        trigger(&c, &asked, JOB, "2026-11-08").await;
         let before_pause = mid_run(&c, JOB, "2026-11-08").await;
-        c.docker(&["pause", &c.container(&paused)]);
+        let paused = pause_the_holder(&c, JOB).await;
         let after_pause = done(&c, JOB, "2026-11-08", Duration::from_secs(120)).await;
         c.docker(&["unpause", &c.container(&paused)]);
         leasehold_harness::wait_for(

@@ -68,6 +68,33 @@ async fn leader_within(
     .await
 }
 
+/// The node holding `job`'s lease, frozen (`docker pause`) while it still holds it: a hand-over
+/// to the job's preferred member between steps can move the run after the holder was read, so
+/// the lease is read again once the node is frozen, and the look repeated if it moved.
+async fn pause_the_holder(c: &compose::Compose, job: &str) -> String {
+    let owner = || async {
+        wait_for("a holder of the lease", Duration::from_secs(30), || async {
+            c.redis()
+                .await
+                .get::<_, Option<String>>(format!("lh:{{{job}}}:lease"))
+                .await
+                .ok()
+                .flatten()
+        })
+        .await
+    };
+    for _ in 0..10 {
+        let held = owner().await;
+        let node = held.split(':').next().unwrap().to_string();
+        c.docker(&["pause", &c.container(&node)]);
+        if owner().await == held {
+            return node;
+        }
+        c.docker(&["unpause", &c.container(&node)]);
+    }
+    panic!("the lease of {job} kept moving between replicas");
+}
+
 /// Triggers `job`'s `period` over HTTP on `node`, with the bearer token.
 async fn trigger(c: &Compose, node: &str, job: &str, period: &str) -> Value {
     let (code, body) = http_with(
@@ -205,10 +232,10 @@ async fn a_paused_leader_container_is_fenced_and_steps_down() {
     deadline(Duration::from_secs(240), async {
         let c = Compose::up("pause", Deploy::new("pause").with_billing_delay(10)).await;
         let recorder = Recorder::start_at(&c.redis_client()).await;
-        let old = leader(&c, "billing", None).await;
-        trigger(&c, &old, "billing", "2026-11-03").await;
+        let asked = leader(&c, "billing", None).await;
+        trigger(&c, &asked, "billing", "2026-11-03").await;
         let before = mid_run(&c, "billing", "2026-11-03").await;
-        c.docker(&["pause", &c.container(&old)]);
+        let old = pause_the_holder(&c, "billing").await;
         let new = leader(&c, "billing", Some(&old)).await;
         let finished = done(&c, "billing", "2026-11-03", Duration::from_secs(120)).await;
         c.docker(&["unpause", &c.container(&old)]);
