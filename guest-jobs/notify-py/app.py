@@ -42,6 +42,17 @@ class HttpError(Exception):
         self.code = code
 
 
+def wait(pending):
+    """The pending response's result once it is ready (``Ok`` of ``Ok(response)`` or
+    ``Err(code)``), or None when it was already taken."""
+    with pending.subscribe() as ready:
+        ready.block()
+    got = pending.get()
+    if got is None or isinstance(got, Err):
+        return None
+    return got
+
+
 def send(method, url, headers, body):
     """One request through the host; (status, body bytes), or raises HttpError."""
     scheme, _, rest = url.partition("://")
@@ -57,12 +68,19 @@ def send(method, url, headers, body):
         pending = outgoing_handler.handle(request, None)
     except Err as e:
         raise HttpError(e.value)
-    with outgoing.write() as stream:
-        stream.blocking_write_and_flush(body)
-    http.OutgoingBody.finish(outgoing, None)
-    with pending.subscribe() as ready:
-        ready.block()
-    got = pending.get()
+    try:
+        with outgoing.write() as stream:
+            stream.blocking_write_and_flush(body)
+        http.OutgoingBody.finish(outgoing, None)
+    except Err as e:
+        # The host refused or cut the request while the body was being written (a refusal is
+        # decided once the request is sent, so the body's stream may already be closed): the
+        # reason is the pending response's error.
+        got = wait(pending)
+        if got is not None and isinstance(got.value, Err):
+            raise HttpError(got.value.value)
+        raise Err(JobError_Failed(f"writing the request body: {e.value}"))
+    got = wait(pending)
     if isinstance(got.value, Err):
         raise HttpError(got.value.value)
     response = got.value.value
