@@ -217,6 +217,109 @@ async fn the_fence_row_serialises_terms_and_refuses_an_older_one() {
     .await;
 }
 
+/// A single statement (`Tx::single`, the guest's `sql.execute` and `sql.query`) is sent behind
+/// the fence before the fence's answer is read: it runs only after the fence, writes nothing
+/// when the fence is refused (not even what a rollback does not undo: a sequence), and a
+/// connection of the pool cannot write outside the host's transaction.
+#[tokio::test]
+async fn a_single_statement_runs_behind_the_fence_and_does_nothing_when_it_is_refused() {
+    deadline(Duration::from_secs(120), async {
+        let pg = prepared(&["ledger-job"]).await;
+        pg.exec(&format!(
+            "CREATE SEQUENCE s; GRANT USAGE, SELECT, UPDATE ON SEQUENCE s TO {ROLE};"
+        ))
+        .await;
+        let db = databases(&pg);
+        let single = |term: Term, statement: &'static str, params: Vec<sql::Value>| {
+            let db = db.clone();
+            async move {
+                Tx::single(
+                    "ledger", &db, "ledger-job", &term, limits(), statement, &params, true,
+                )
+                .await
+            }
+        };
+        let charge = "INSERT INTO charges (customer, period, token) VALUES ($1, $2, $3)";
+        let args = |who: &str, token: i64| {
+            vec![
+                sql::Value::Text(who.into()),
+                sql::Value::Text(PERIOD.into()),
+                sql::Value::Int(token),
+            ]
+        };
+        let (old, new) = (term(5, "a:1"), term(6, "b:1"));
+        assert_eq!(
+            single(new.clone(), charge, args("bob", 6)).await.unwrap().2,
+            1
+        );
+        assert_eq!(fence_token(&pg, "ledger-job").await, 6);
+        // The older term: refused by the fence, its insert and its sequence call not applied.
+        match single(old.clone(), charge, args("alice", 5)).await {
+            Err(SqlError::Fenced {
+                token: 5,
+                stored: 6,
+                ..
+            }) => {}
+            other => panic!("expected fenced, got {:?}", other.map(|r| r.2)),
+        }
+        assert!(matches!(
+            single(old.clone(), "SELECT nextval('s')", vec![]).await,
+            Err(SqlError::Fenced { stored: 6, .. })
+        ));
+        // A job not registered for the role: the fence raises an error, the statement not run.
+        assert!(matches!(
+            Tx::single(
+                "ledger",
+                &db,
+                "other-job",
+                &term(9, "a:1"),
+                limits(),
+                "SELECT nextval('s')",
+                &[],
+                false,
+            )
+            .await,
+            Err(SqlError::NotGranted(_))
+        ));
+        let called: bool = pg
+            .admin()
+            .await
+            .unwrap()
+            .query_one("SELECT is_called FROM s", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert!(!called, "a refused term's statement advanced a sequence");
+        // The statement's own error rolls the transaction back (a second charge for bob).
+        assert!(matches!(
+            single(new.clone(), charge, args("bob", 6)).await,
+            Err(SqlError::Constraint(ref d)) if d.code == "23505"
+        ));
+        assert_eq!(charges(&pg).await, [("bob".to_string(), 6)]);
+        // The pool's connections are read-only outside the host's READ WRITE transaction.
+        let mut tx = Tx::begin("ledger", &db, "ledger-job", &new, limits())
+            .await
+            .unwrap();
+        let (_, rows, _) = tx
+            .run(
+                "SELECT current_setting('default_transaction_read_only'), current_setting('transaction_read_only')",
+                &[],
+                false,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            rows,
+            [vec![
+                sql::Value::Text("on".into()),
+                sql::Value::Text("off".into())
+            ]]
+        );
+        tx.commit().await.unwrap();
+    })
+    .await;
+}
+
 /// A host running `sqlprobe` with `plan`, granted `ledger`, on the Redis at `redis` (a URL: the
 /// server's own, or a fault proxy's in front of it).
 async fn probe_host(

@@ -7,6 +7,7 @@
 //! (module doc of [`crate::exec::sql`], "Tokens ahead of Redis").
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use tracing::warn;
 use wasmtime::component::Resource;
@@ -14,7 +15,8 @@ use wasmtime::component::Resource;
 use super::HostState;
 use super::bindings::leasehold::job::sql;
 use crate::coord::checks::Refusal;
-use crate::exec::sql::{JobDatabases, SqlError, Tx, Value};
+use crate::coord::term::Term;
+use crate::exec::sql::{Database, JobDatabases, Ran, SqlError, SqlLimits, Tx, Value};
 
 /// A step's databases and its open transactions (one per database at a time).
 #[derive(Clone)]
@@ -30,6 +32,14 @@ impl StepSql {
             open: BTreeSet::new(),
         }
     }
+}
+
+/// What a transaction of a step needs: the database, the job's limits, the term, the job.
+struct Grant {
+    db: Arc<Database>,
+    limits: SqlLimits,
+    term: Term,
+    job: String,
 }
 
 fn param(v: sql::Value) -> Value {
@@ -86,8 +96,9 @@ fn rows(columns: Vec<String>, rows: Vec<Vec<Value>>) -> sql::Rows {
 }
 
 impl HostState {
-    /// A transaction on the job's database `name`.
-    async fn sql_begin(&mut self, name: &str) -> wasmtime::Result<Result<Tx, SqlError>> {
+    /// What a transaction on the job's database `name` needs: the database, the job's limits,
+    /// the term and the job's name; or why the job may not open one now.
+    fn sql_grant(&mut self, name: &str) -> wasmtime::Result<Result<Grant, SqlError>> {
         let ctx = self.step()?;
         let (term, job) = (ctx.term.clone(), ctx.keys.job().to_string());
         let Some(step_sql) = self.sql.as_mut() else {
@@ -106,7 +117,25 @@ impl HostState {
                 "a transaction on database {name} is already open in this step: commit or drop it first"
             ))));
         }
-        let limits = step_sql.dbs.limits;
+        Ok(Ok(Grant {
+            db,
+            limits: step_sql.dbs.limits,
+            term,
+            job,
+        }))
+    }
+
+    /// A transaction on the job's database `name`.
+    async fn sql_begin(&mut self, name: &str) -> wasmtime::Result<Result<Tx, SqlError>> {
+        let Grant {
+            db,
+            limits,
+            term,
+            job,
+        } = match self.sql_grant(name)? {
+            Ok(g) => g,
+            Err(e) => return Ok(Err(e)),
+        };
         let res = Tx::begin(name, &db, &job, &term, limits).await;
         if let Err(e) = &res {
             self.sql_fenced(e).await?;
@@ -167,33 +196,36 @@ impl HostState {
         Ok(())
     }
 
-    /// One statement in a transaction of its own, committed.
+    /// One statement in a transaction of its own, committed ([`Tx::single`]: two round trips).
     async fn sql_single(
         &mut self,
         database: String,
         statement: String,
         params: Vec<sql::Value>,
         count: bool,
-    ) -> wasmtime::Result<Result<(Vec<String>, Vec<Vec<Value>>, u64), SqlError>> {
+    ) -> wasmtime::Result<Result<Ran, SqlError>> {
         // Refused statements are refused before a connection is taken or the fence raised.
         if let Err(why) = crate::exec::sql::guard::check(&statement) {
             return Ok(Err(SqlError::Refused(why)));
         }
-        let mut tx = match self.sql_begin(&database).await? {
-            Ok(tx) => tx,
+        let Grant {
+            db,
+            limits,
+            term,
+            job,
+        } = match self.sql_grant(&database)? {
+            Ok(g) => g,
             Err(e) => return Ok(Err(e)),
         };
         let params: Vec<Value> = params.into_iter().map(param).collect();
-        let res = tx.run(&statement, &params, count).await;
-        self.sql_closed(&database);
-        let out = match res {
-            Ok(out) => out,
-            Err(e) => {
-                tx.rollback().await;
-                return Ok(Err(e));
-            }
-        };
-        Ok(tx.commit().await.map(|()| out))
+        let res = Tx::single(
+            &database, &db, &job, &term, limits, &statement, &params, count,
+        )
+        .await;
+        if let Err(e) = &res {
+            self.sql_fenced(e).await?;
+        }
+        Ok(res)
     }
 
     fn sql_closed(&mut self, name: &str) {

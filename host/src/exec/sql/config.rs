@@ -9,6 +9,9 @@ use tokio_postgres::config::SslMode;
 use super::DEFAULT_POOL;
 use super::tls::Tls;
 
+/// The setting every connection of a job's pool starts with.
+const READ_ONLY_BY_DEFAULT: &str = "-c default_transaction_read_only=on";
+
 /// One configured database, as `--database NAME=URL` gives it.
 #[derive(Clone)]
 pub struct DatabaseConfig {
@@ -29,6 +32,23 @@ impl DatabaseConfig {
     /// own; the error names the database's URL (password hidden) and, for TLS, what it trusts.
     pub async fn connect(&self, wait: Duration) -> Result<tokio_postgres::Client, String> {
         self.tls.connect(&self.pg, wait, &self.shown).await
+    }
+
+    /// Opens a connection for jobs' transactions, like [`DatabaseConfig::connect`] with
+    /// `default_transaction_read_only` on (added to the URL's `options`): nothing sent outside a
+    /// transaction the host began `READ WRITE` (after a failed `BEGIN`, say) can write, and
+    /// `RESET ALL` keeps it (a connection's options are its settings' defaults).
+    pub(super) async fn connect_for_jobs(
+        &self,
+        wait: Duration,
+    ) -> Result<tokio_postgres::Client, String> {
+        let mut pg = self.pg.clone();
+        let options = match pg.get_options() {
+            Some(o) if !o.trim().is_empty() => format!("{o} {READ_ONLY_BY_DEFAULT}"),
+            _ => READ_ONLY_BY_DEFAULT.to_string(),
+        };
+        pg.options(&options);
+        self.tls.connect(&pg, wait, &self.shown).await
     }
 
     /// Whether connections use TLS, and trusting what (`None`: plain text).

@@ -274,6 +274,10 @@ pub const BEGIN_BATCH: &str = "RESET ALL; SET standard_conforming_strings = on; 
 /// when prepared, so no later `search_path` changes them). Parameters: job, token, holder, the
 /// statement and lock timeout, the idle timeout (ms, as text). Its row: `(raised, stored, …)`.
 ///
+/// A refused fence also makes the transaction read-only (`transaction_read_only`), so a
+/// statement sent behind the call before its answer is read (the single-statement path,
+/// `Tx::single`) cannot write; the host rolls the transaction back either way.
+///
 /// The timeouts are set as the statement's row is formed, after the fence's row lock is taken:
 /// the wait for that lock is bounded by the host's own timer (which cancels), and every guest
 /// statement after it by the server's too. Sent behind [`BEGIN_BATCH`]: if the batch failed
@@ -283,8 +287,13 @@ pub const BEGIN_BATCH: &str = "RESET ALL; SET standard_conforming_strings = on; 
 pub const FENCE_CALL: &str = "SELECT f.raised, f.stored, \
     pg_catalog.set_config('statement_timeout', $4, true), \
     pg_catalog.set_config('lock_timeout', $4, true), \
-    pg_catalog.set_config('idle_in_transaction_session_timeout', $5, true) \
+    pg_catalog.set_config('idle_in_transaction_session_timeout', $5, true), \
+    CASE WHEN f.raised THEN NULL \
+        ELSE pg_catalog.set_config('transaction_read_only', 'on', true) END \
     FROM leasehold.raise_fence($1, $2, $3) f";
+
+/// [`FENCE_CALL`]'s parameters: job, token, holder, statement time and idle time (ms, as text).
+pub type FenceParams = (String, i64, String, String, String);
 
 /// [`FENCE_CALL`]'s parameters for `job`'s term of `token` held by `holder`, with the job's
 /// statement and idle times.
@@ -294,7 +303,7 @@ pub fn fence_params(
     holder: &str,
     statement: Duration,
     idle: Duration,
-) -> Result<(String, i64, String, String, String), String> {
+) -> Result<FenceParams, String> {
     let token = i64::try_from(token)
         .map_err(|_| format!("the token {token} does not fit PostgreSQL's bigint"))?;
     Ok((

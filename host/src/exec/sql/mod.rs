@@ -4,18 +4,23 @@
 //! sent ([`guard`]).
 //!
 //! **Guarantees.** Every transaction a guest runs begins, in one round trip and before any
-//! statement of the guest, with the fence: the job's row in `leasehold.fence` is locked and
-//! raised to the term's token, or the transaction is rolled back unused (`fenced`) when the row
-//! holds a higher token (or the same token of another holder). The row stays locked until the
+//! statement of the guest, with the fence: the job's row in `leasehold.fence` is locked and raised
+//! to the term's token, or the transaction is rolled back (`fenced`) when the row holds a higher
+//! token (or the same token of another holder). An interactive transaction ([`Tx::begin`]) reads
+//! the fence's answer before the guest's first statement is sent; a single statement
+//! ([`Tx::single`]) is sent in the same round trip, behind the fence, and a refused fence makes the
+//! transaction read-only before it runs (an error from the fence aborts the transaction; the pool's
+//! connections are read-only by default outside the host's `BEGIN … READ WRITE`), so it writes
+//! nothing, tested with a sequence a rollback would not undo. The row stays locked until the
 //! transaction ends, so the transactions of two terms never interleave: every write of an older
-//! term commits before any write of a newer one, or never. COMMIT is sent only while the term
-//! still leads locally. The host logs in as the job's role, which may only EXECUTE the fence
-//! function ([`fence::verify`] checks it before the database is used); what the database's
-//! privileges do not stop (a plain `COMMIT`, `SET`, several statements) is refused before it is
-//! sent ([`guard`], which also refuses `set_config`, `pg_settings` and the fence function by
-//! name). Statement time is enforced twice: `statement_timeout` in the database and the host's
-//! own timer, which cancels the statement (a function the role may call could lift the former,
-//! not the latter). The fence function refuses a second call in a transaction (the guest's).
+//! term commits before any write of a newer one, or never. COMMIT is sent only while the term still
+//! leads locally. The host logs in as the job's role, which may only EXECUTE the fence function
+//! ([`fence::verify`] checks it before the database is used); what the database's privileges do not
+//! stop (a plain `COMMIT`, `SET`, several statements) is refused before it is sent ([`guard`],
+//! which also refuses `set_config`, `pg_settings` and the fence function by name). Statement time
+//! is enforced twice: `statement_timeout` in the database and the host's own timer, which cancels
+//! the statement (a function the role may call could lift the former, not the latter). The fence
+//! function refuses a second call in a transaction (the guest's).
 //!
 //! **Non-guarantees.** A COMMIT whose reply is lost may or may not have been applied
 //! (`unavailable`): a job makes its writes idempotent with unique keys. A database the job's
@@ -49,7 +54,7 @@ use tokio_postgres::error::SqlState;
 pub use config::{DatabaseConfig, SqlAsk, SqlCaps, SqlLimits, check_name, parse_database};
 pub use pool::{Database, VerifyError};
 pub(crate) use tls::system_roots;
-pub use tx::Tx;
+pub use tx::{Ran, Tx};
 pub use value::Value;
 
 /// Default statement time of a job that asks for none.

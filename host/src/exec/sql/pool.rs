@@ -53,9 +53,10 @@ impl Database {
         self.config.tls_roots()
     }
 
-    /// Opens a connection of the database's settings within `wait`.
+    /// Opens a connection for jobs within `wait` (read-only unless the host begins a
+    /// transaction `READ WRITE`).
     async fn connect(&self, wait: Duration) -> Result<Client, String> {
-        self.config.connect(wait).await
+        self.config.connect_for_jobs(wait).await
     }
 
     /// Asks the server, in the background, to cancel what `token`'s connection runs.

@@ -1,11 +1,20 @@
 //! A guest's transaction ([`Tx`]): begun with the fence, one statement at a time within the
 //! job's limits, committed only while the term leads, cancelled and closed on any other end.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
-use super::pool::{Pooled, STATEMENTS_KEPT};
+use tokio_postgres::{Client, Row, Statement};
+
+use super::pool::{Conn, Pooled, STATEMENTS_KEPT};
 use super::{Database, SqlError, SqlLimits, Value, fence, guard, value};
 use crate::coord::term::Term;
+
+/// What a statement returned: its columns, its rows, and how many rows it returned or (asked
+/// for a count) changed.
+pub type Ran = (Vec<String>, Vec<Vec<Value>>, u64);
 
 /// An open, fenced transaction of one job's term on one database.
 pub struct Tx {
@@ -22,7 +31,9 @@ pub struct Tx {
 
 impl Tx {
     /// Begins a transaction on `db` for `job`'s `term` and raises the database's fence to the
-    /// term's token (see the module doc), all within the statement time.
+    /// term's token (see the module doc), all within the statement time: one round trip (two at
+    /// a connection's first transaction, which prepares the fence call). The fence's answer is
+    /// read before this returns.
     pub async fn begin(
         name: &str,
         db: &Arc<Database>,
@@ -30,118 +41,165 @@ impl Tx {
         term: &Term,
         limits: SqlLimits,
     ) -> Result<Tx, SqlError> {
+        let (mut tx, fence_call, params) = Tx::open(name, db, job, term, limits).await?;
+        let wait = limits.statement_time;
+        // One round trip: the batch, then the fence call pipelined behind it (both are sent
+        // before either answer is read).
+        let reply = {
+            let client = &tx.conn.as_mut().expect("an open transaction").conn().client;
+            let (p1, p2, p3, p4, p5) = &params;
+            let args: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [p1, p2, p3, p4, p5];
+            tokio::time::timeout(wait, async {
+                tokio::join!(
+                    biased;
+                    client.batch_execute(fence::BEGIN_BATCH),
+                    client.query_one(&fence_call, &args),
+                )
+            })
+            .await
+        };
+        let Ok((begun, fenced)) = reply else {
+            tx.cancel();
+            return Err(not_begun(db, wait));
+        };
+        tx.in_flight = false;
+        if let Err(e) = fence_answer(db, job, term, wait, begun, fenced) {
+            tx.rollback().await;
+            return Err(e);
+        }
+        Ok(tx)
+    }
+
+    /// One statement in a transaction of its own, committed: [`Tx::begin`], [`Tx::run`] and
+    /// [`Tx::commit`] in two round trips instead of three. The BEGIN batch, the fence call and
+    /// the statement are sent together; the statement runs after the fence in the same
+    /// transaction, and only writes when the fence was raised: a refused fence makes the
+    /// transaction read-only before the statement runs ([`fence::FENCE_CALL`]), a fence that
+    /// raised an error aborts it, and the connection's own default is read-only, so a statement
+    /// outside the transaction (its BEGIN failed) cannot write either. The host reads the
+    /// fence's answer, then the statement's, and sends COMMIT only when both succeeded and the
+    /// term still leads. The fence and the statement share one timer of twice the statement
+    /// time (the fence's row may be held by another term's transaction).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn single(
+        name: &str,
+        db: &Arc<Database>,
+        job: &str,
+        term: &Term,
+        limits: SqlLimits,
+        statement: &str,
+        params: &[Value],
+        count: bool,
+    ) -> Result<Ran, SqlError> {
+        guard::check(statement).map_err(SqlError::Refused)?;
+        let (mut tx, fence_call, fence_params) = Tx::open(name, db, job, term, limits).await?;
+        let limit = limits.statement_time;
+        let answered = AtomicBool::new(false);
+        let reply = {
+            let Conn {
+                client, statements, ..
+            } = tx.conn.as_mut().expect("an open transaction").conn();
+            let client = &*client;
+            let (p1, p2, p3, p4, p5) = &fence_params;
+            let args: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [p1, p2, p3, p4, p5];
+            let answered = &answered;
+            tokio::time::timeout(limit * 2, async {
+                // Sent in this order at the first poll: BEGIN, the fence, then the statement
+                // (or its PREPARE, whose EXECUTE follows the fence's answer).
+                tokio::join!(
+                    biased;
+                    client.batch_execute(fence::BEGIN_BATCH),
+                    async {
+                        let r = client.query_one(&fence_call, &args).await;
+                        answered.store(true, Ordering::Relaxed);
+                        r
+                    },
+                    run_statement(client, statements, statement, params, count, &limits),
+                )
+            })
+            .await
+        };
+        let Ok((begun, fenced, ran)) = reply else {
+            tx.cancel();
+            return Err(if answered.load(Ordering::Relaxed) {
+                SqlError::Timeout(limit)
+            } else {
+                not_begun(db, limit)
+            });
+        };
+        tx.in_flight = false;
+        // The fence first: a statement refused because the fence was (read-only, or the
+        // transaction aborted) is reported as the fence's refusal.
+        if let Err(e) = fence_answer(db, job, term, limit, begun, fenced) {
+            tx.rollback().await;
+            return Err(e);
+        }
+        match ran {
+            Ok(out) => tx.commit().await.map(|()| out),
+            Err(e) => {
+                tx.end(&format!("{e}")).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// A connection taken for `job`'s `term`, with the fence call prepared on it and its
+    /// parameters: a transaction not yet begun (in flight: dropped, its connection is closed).
+    async fn open(
+        name: &str,
+        db: &Arc<Database>,
+        job: &str,
+        term: &Term,
+        limits: SqlLimits,
+    ) -> Result<(Tx, Statement, fence::FenceParams), SqlError> {
         if !term.still_leader() {
             return Err(SqlError::NotLeader);
         }
         let wait = limits.statement_time;
-        let mut conn = db.take(wait).await?;
+        let conn = db.take(wait).await?;
         let mut tx = Tx {
             name: name.to_string(),
-            conn: None,
+            conn: Some(conn),
             term: term.clone(),
             limits,
             in_flight: true,
             ended: None,
         };
-        let params = fence::fence_params(job, term.token(), term.owner(), wait, limits.idle)
-            .map_err(SqlError::Unavailable)?;
-        // The fence call is prepared once per connection (a round trip the first time).
-        let prepared = match conn.conn().fence.clone() {
-            Some(s) => Ok(s),
-            None => match tokio::time::timeout(wait, conn.conn().client.prepare(fence::FENCE_CALL))
-                .await
-            {
-                Ok(Ok(s)) => {
-                    conn.conn().fence = Some(s.clone());
-                    Ok(s)
-                }
-                Ok(Err(e)) => Err(SqlError::from_pg(e, wait)),
-                Err(_) => Err(SqlError::Timeout(wait)),
-            },
+        let params = match fence::fence_params(job, term.token(), term.owner(), wait, limits.idle) {
+            Ok(p) => p,
+            Err(e) => {
+                tx.cancel();
+                return Err(SqlError::Unavailable(e));
+            }
         };
-        let stmt = match prepared {
-            Ok(s) => s,
+        let conn = tx.conn.as_mut().expect("an open transaction").conn();
+        // The fence call is prepared once per connection (a round trip the first time).
+        let prepared = match conn.fence.clone() {
+            Some(s) => Ok(s),
+            None => {
+                match tokio::time::timeout(wait, conn.client.prepare(fence::FENCE_CALL)).await {
+                    Ok(Ok(s)) => {
+                        conn.fence = Some(s.clone());
+                        Ok(s)
+                    }
+                    Ok(Err(e)) => Err(SqlError::from_pg(e, wait)),
+                    Err(_) => Err(SqlError::Timeout(wait)),
+                }
+            }
+        };
+        match prepared {
+            Ok(s) => Ok((tx, s, params)),
             Err(e) => {
                 // Nothing of a transaction was sent: the connection is dropped all the same
                 // (a prepare cut off by the timer may still be answered).
-                tx.conn = Some(conn);
                 tx.cancel();
-                return Err(match e {
+                Err(match e {
                     SqlError::Timeout(_) => SqlError::Unavailable(format!(
                         "database {} did not prepare the fence call within {wait:?}",
                         db.name()
                     )),
                     other => other,
-                });
-            }
-        };
-        // One round trip: the batch, then the fence call pipelined behind it (both are sent
-        // before either answer is read).
-        let reply = {
-            let client = &conn.conn().client;
-            let (p1, p2, p3, p4, p5) = &params;
-            let args: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [p1, p2, p3, p4, p5];
-            tokio::time::timeout(wait, async {
-                tokio::join!(
-                    client.batch_execute(fence::BEGIN_BATCH),
-                    client.query_one(&stmt, &args),
-                )
-            })
-            .await
-        };
-        tx.conn = Some(conn);
-        let row = match reply {
-            Err(_) => {
-                tx.cancel();
-                return Err(SqlError::Unavailable(format!(
-                    "database {} did not begin the transaction within {wait:?} (the fence's row may be held by another term's transaction)",
-                    db.name()
-                )));
-            }
-            Ok((begun, fenced)) => {
-                tx.in_flight = false;
-                match begun.and(fenced) {
-                    Ok(row) => row,
-                    Err(e) => {
-                        let not_registered = e
-                            .as_db_error()
-                            .is_some_and(|d| d.code().code() == fence::NOT_REGISTERED);
-                        tx.rollback().await;
-                        if not_registered {
-                            return Err(SqlError::NotGranted(format!(
-                                "database {} has no fence row for job {job} and the host's role: run `leasehold db init URL --role ROLE --job {job}`",
-                                db.name()
-                            )));
-                        }
-                        return Err(match SqlError::from_pg(e, wait) {
-                            SqlError::Timeout(_) => SqlError::Unavailable(format!(
-                                "database {} did not lock the fence's row within {wait:?}",
-                                db.name()
-                            )),
-                            other => other,
-                        });
-                    }
-                }
-            }
-        };
-        let raised: Option<bool> = row.try_get(0).ok();
-        let stored: Option<i64> = row.try_get(1).ok();
-        match (raised, stored) {
-            (Some(true), Some(_)) => Ok(tx),
-            (Some(false), Some(stored)) => {
-                tx.rollback().await;
-                Err(SqlError::Fenced {
-                    database: db.name().to_string(),
-                    token: term.token(),
-                    stored: stored.max(0) as u64,
                 })
-            }
-            _ => {
-                tx.rollback().await;
-                Err(SqlError::Unavailable(format!(
-                    "database {}: the fence function gave no answer",
-                    db.name()
-                )))
             }
         }
     }
@@ -152,7 +210,7 @@ impl Tx {
         statement: &str,
         params: &[Value],
         count: bool,
-    ) -> Result<(Vec<String>, Vec<Vec<Value>>, u64), SqlError> {
+    ) -> Result<Ran, SqlError> {
         if let Some(why) = &self.ended {
             return Err(SqlError::Refused(format!(
                 "the transaction has ended ({why}): begin another"
@@ -189,82 +247,12 @@ impl Tx {
         statement: &str,
         params: &[Value],
         count: bool,
-    ) -> Result<(Vec<String>, Vec<Vec<Value>>, u64), SqlError> {
-        let limit = self.limits.statement_time;
-        let (rows_cap, bytes_cap) = (self.limits.rows, self.limits.result_bytes);
-        let conn = self.conn.as_mut().expect("an open transaction").conn();
-        let stmt = match conn.statements.get(statement) {
-            Some(s) => s.clone(),
-            None => {
-                let s = conn
-                    .client
-                    .prepare(statement)
-                    .await
-                    .map_err(|e| SqlError::from_pg(e, limit))?;
-                if conn.statements.len() >= STATEMENTS_KEPT {
-                    conn.statements.clear();
-                }
-                conn.statements.insert(statement.to_string(), s.clone());
-                s
-            }
-        };
-        if stmt.params().len() != params.len() {
-            return Err(SqlError::Refused(format!(
-                "the statement takes {} parameters and {} were given",
-                stmt.params().len(),
-                params.len()
-            )));
-        }
-        let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
-            params.iter().map(|p| p as _).collect();
-        if count {
-            let n = conn
-                .client
-                .execute(&stmt, &refs)
-                .await
-                .map_err(|e| SqlError::from_pg(e, limit))?;
-            return Ok((Vec::new(), Vec::new(), n));
-        }
-        let columns: Vec<String> = stmt
-            .columns()
-            .iter()
-            .map(|c| c.name().to_string())
-            .collect();
-        let stream = conn
-            .client
-            .query_raw(&stmt, refs)
-            .await
-            .map_err(|e| SqlError::from_pg(e, limit))?;
-        use futures_util::TryStreamExt as _;
-        let mut stream = std::pin::pin!(stream);
-        let mut rows = Vec::new();
-        let mut bytes = 0u64;
-        while let Some(row) = stream
-            .try_next()
-            .await
-            .map_err(|e| SqlError::from_pg(e, limit))?
-        {
-            if rows.len() as u64 >= rows_cap {
-                return Err(SqlError::TooLarge(format!(
-                    "more than the job's {rows_cap} rows per statement"
-                )));
-            }
-            let mut values = Vec::with_capacity(columns.len());
-            for i in 0..columns.len() {
-                let v = value::column(&row, i).map_err(SqlError::Unsupported)?;
-                bytes += v.size() as u64;
-                values.push(v);
-            }
-            if bytes > bytes_cap {
-                return Err(SqlError::TooLarge(format!(
-                    "more than the job's {} per statement",
-                    crate::units::show_size(bytes_cap)
-                )));
-            }
-            rows.push(values);
-        }
-        let n = rows.len() as u64;
-        Ok((columns, rows, n))
+    ) -> Result<Ran, SqlError> {
+        let limits = self.limits;
+        let Conn {
+            client, statements, ..
+        } = self.conn.as_mut().expect("an open transaction").conn();
+        run_statement(client, statements, statement, params, count, &limits).await
     }
 
     /// Commits, once the term is checked to lead still (otherwise rolls back: `not-leader`).
@@ -367,4 +355,140 @@ impl Drop for Tx {
             self.cancel();
         }
     }
+}
+
+/// The error of a BEGIN batch and fence call that were not answered within `wait`.
+fn not_begun(db: &Database, wait: Duration) -> SqlError {
+    SqlError::Unavailable(format!(
+        "database {} did not begin the transaction within {wait:?} (the fence's row may be held by another term's transaction)",
+        db.name()
+    ))
+}
+
+/// What the BEGIN batch and the fence call answered: `Ok` when the fence was raised to the
+/// term's token (the transaction goes on), else why not (the caller rolls back).
+fn fence_answer(
+    db: &Database,
+    job: &str,
+    term: &Term,
+    wait: Duration,
+    begun: Result<(), tokio_postgres::Error>,
+    fenced: Result<Row, tokio_postgres::Error>,
+) -> Result<(), SqlError> {
+    let row = begun.and(fenced).map_err(|e| {
+        if e
+            .as_db_error()
+            .is_some_and(|d| d.code().code() == fence::NOT_REGISTERED)
+        {
+            return SqlError::NotGranted(format!(
+                "database {} has no fence row for job {job} and the host's role: run `leasehold db init URL --role ROLE --job {job}`",
+                db.name()
+            ));
+        }
+        match SqlError::from_pg(e, wait) {
+            SqlError::Timeout(_) => SqlError::Unavailable(format!(
+                "database {} did not lock the fence's row within {wait:?}",
+                db.name()
+            )),
+            other => other,
+        }
+    })?;
+    let raised: Option<bool> = row.try_get(0).ok();
+    let stored: Option<i64> = row.try_get(1).ok();
+    match (raised, stored) {
+        (Some(true), Some(_)) => Ok(()),
+        (Some(false), Some(stored)) => Err(SqlError::Fenced {
+            database: db.name().to_string(),
+            token: term.token(),
+            stored: stored.max(0) as u64,
+        }),
+        _ => Err(SqlError::Unavailable(format!(
+            "database {}: the fence function gave no answer",
+            db.name()
+        ))),
+    }
+}
+
+/// Runs `statement` with `params` on `client` (prepared once per connection, kept in
+/// `statements`), within the rows and bytes of `limits`: its rows, or with `count`, only how
+/// many rows it changed.
+async fn run_statement(
+    client: &Client,
+    statements: &mut HashMap<String, Statement>,
+    statement: &str,
+    params: &[Value],
+    count: bool,
+    limits: &SqlLimits,
+) -> Result<Ran, SqlError> {
+    let limit = limits.statement_time;
+    let (rows_cap, bytes_cap) = (limits.rows, limits.result_bytes);
+    let stmt = match statements.get(statement) {
+        Some(s) => s.clone(),
+        None => {
+            let s = client
+                .prepare(statement)
+                .await
+                .map_err(|e| SqlError::from_pg(e, limit))?;
+            if statements.len() >= STATEMENTS_KEPT {
+                statements.clear();
+            }
+            statements.insert(statement.to_string(), s.clone());
+            s
+        }
+    };
+    if stmt.params().len() != params.len() {
+        return Err(SqlError::Refused(format!(
+            "the statement takes {} parameters and {} were given",
+            stmt.params().len(),
+            params.len()
+        )));
+    }
+    let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+        params.iter().map(|p| p as _).collect();
+    if count {
+        let n = client
+            .execute(&stmt, &refs)
+            .await
+            .map_err(|e| SqlError::from_pg(e, limit))?;
+        return Ok((Vec::new(), Vec::new(), n));
+    }
+    let columns: Vec<String> = stmt
+        .columns()
+        .iter()
+        .map(|c| c.name().to_string())
+        .collect();
+    let stream = client
+        .query_raw(&stmt, refs)
+        .await
+        .map_err(|e| SqlError::from_pg(e, limit))?;
+    use futures_util::TryStreamExt as _;
+    let mut stream = std::pin::pin!(stream);
+    let mut rows = Vec::new();
+    let mut bytes = 0u64;
+    while let Some(row) = stream
+        .try_next()
+        .await
+        .map_err(|e| SqlError::from_pg(e, limit))?
+    {
+        if rows.len() as u64 >= rows_cap {
+            return Err(SqlError::TooLarge(format!(
+                "more than the job's {rows_cap} rows per statement"
+            )));
+        }
+        let mut values = Vec::with_capacity(columns.len());
+        for i in 0..columns.len() {
+            let v = value::column(&row, i).map_err(SqlError::Unsupported)?;
+            bytes += v.size() as u64;
+            values.push(v);
+        }
+        if bytes > bytes_cap {
+            return Err(SqlError::TooLarge(format!(
+                "more than the job's {} per statement",
+                crate::units::show_size(bytes_cap)
+            )));
+        }
+        rows.push(values);
+    }
+    let n = rows.len() as u64;
+    Ok((columns, rows, n))
 }
