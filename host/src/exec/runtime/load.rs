@@ -295,3 +295,64 @@ fn raw_spec(Described { spec, databases }: Described) -> Result<RawSpec, String>
         http: Default::default(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn described(databases: &[&str]) -> Described {
+        Described {
+            spec: types::JobSpec {
+                name: "billing".into(),
+                schedule: "0 0 0 * * *".into(),
+                time_zone: "UTC".into(),
+                limits: types::Limits {
+                    max_memory_bytes: 0,
+                    max_step_millis: 0,
+                    max_write_bytes: 0,
+                    max_stored_keys: 0,
+                    max_stored_bytes: 0,
+                },
+                policies: types::Policies {
+                    catch_up: types::CatchUp::Latest,
+                    catch_up_window_millis: 0,
+                    retry_attempts: 0,
+                    retry_backoff_millis: 0,
+                    retry_max_backoff_millis: 0,
+                    overlap: types::Overlap::Queue,
+                    max_run_millis: 0,
+                },
+            },
+            databases: databases.iter().map(|d| d.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn declared_databases_are_granted_under_their_names() {
+        let raw = raw_spec(described(&["ledger", "accounting"])).unwrap();
+        assert_eq!(
+            raw.sql.databases,
+            [
+                ("accounting".to_string(), "accounting".to_string()),
+                ("ledger".to_string(), "ledger".to_string())
+            ]
+            .into()
+        );
+    }
+
+    #[test]
+    fn a_database_declared_twice_or_misnamed_is_refused_naming_it() {
+        let twice = raw_spec(described(&["ledger", "ledger"])).unwrap_err();
+        assert_eq!(
+            twice,
+            "invalid job spec: databases(): database ledger is named twice"
+        );
+        let bad = raw_spec(described(&["Ledger DB"])).unwrap_err();
+        assert!(
+            bad.starts_with("invalid job spec: databases(): database name \"Ledger DB\""),
+            "{bad}"
+        );
+        let empty = raw_spec(described(&[""])).unwrap_err();
+        assert!(empty.contains("database name \"\""), "{empty}");
+    }
+}
