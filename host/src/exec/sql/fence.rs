@@ -16,6 +16,11 @@
 
 use std::time::Duration;
 
+use tokio_postgres::Row;
+
+use super::{Database, SqlError};
+use crate::coord::term::Term;
+
 /// SQLSTATE the fence function raises when the job is not registered for the calling role.
 pub const NOT_REGISTERED: &str = "LH001";
 /// The function's mark of the current version: a database whose function lacks it was set up
@@ -313,6 +318,50 @@ pub fn fence_params(
         statement.as_millis().max(1).to_string(),
         idle.as_millis().max(1).to_string(),
     ))
+}
+
+/// What the BEGIN batch and the fence call answered: `Ok` when the fence was raised to the
+/// term's token (the transaction goes on), else why not (the caller rolls back).
+pub(super) fn answer(
+    db: &Database,
+    job: &str,
+    term: &Term,
+    wait: Duration,
+    begun: Result<(), tokio_postgres::Error>,
+    fenced: Result<Row, tokio_postgres::Error>,
+) -> Result<(), SqlError> {
+    let row = begun.and(fenced).map_err(|e| {
+        if e
+            .as_db_error()
+            .is_some_and(|d| d.code().code() == NOT_REGISTERED)
+        {
+            return SqlError::NotGranted(format!(
+                "database {} has no fence row for job {job} and the host's role: run `leasehold db init URL --role ROLE --job {job}`",
+                db.name()
+            ));
+        }
+        match SqlError::from_pg(e, wait) {
+            SqlError::Timeout(_) => SqlError::Unavailable(format!(
+                "database {} did not lock the fence's row within {wait:?}",
+                db.name()
+            )),
+            other => other,
+        }
+    })?;
+    let raised: Option<bool> = row.try_get(0).ok();
+    let stored: Option<i64> = row.try_get(1).ok();
+    match (raised, stored) {
+        (Some(true), Some(_)) => Ok(()),
+        (Some(false), Some(stored)) => Err(SqlError::Fenced {
+            database: db.name().to_string(),
+            token: term.token(),
+            stored: stored.max(0) as u64,
+        }),
+        _ => Err(SqlError::Unavailable(format!(
+            "database {}: the fence function gave no answer",
+            db.name()
+        ))),
+    }
 }
 
 #[cfg(test)]

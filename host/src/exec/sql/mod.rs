@@ -33,14 +33,16 @@
 //! job's token counter in Redis above the database's token and ends the term, so the next term
 //! is granted a higher token and writes (see the runtime's `sql` imports).
 //!
-//! Files: `config` (`--database`, caps, a job's ask and limits), `tls` (TLS to the database:
-//! always verified), `pool` ([`Database`], its connections and its check), `tx` ([`Tx`]), [`fence`], [`guard`], [`value`]; this file the
-//! registry ([`Databases`]) and the errors.
+//! Files: `config` (`--database`, caps, a job's ask and limits), `tls` (TLS to the database: always
+//! verified), `pool` ([`Database`], its connections and its check), `tx` ([`Tx`]), `statement` (one
+//! statement on a connection), [`fence`] (also the fence call's answer), [`guard`], [`value`]; this
+//! file the registry ([`Databases`]) and the errors.
 
 mod config;
 pub mod fence;
 pub mod guard;
 mod pool;
+mod statement;
 mod tls;
 mod tx;
 pub mod value;

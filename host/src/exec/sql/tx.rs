@@ -1,15 +1,15 @@
 //! A guest's transaction ([`Tx`]): begun with the fence, one statement at a time within the
 //! job's limits, committed only while the term leads, cancelled and closed on any other end.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use tokio_postgres::{Client, Row, Statement};
+use tokio_postgres::Statement;
 
-use super::pool::{Conn, Pooled, STATEMENTS_KEPT};
-use super::{Database, SqlError, SqlLimits, Value, fence, guard, value};
+use super::pool::{Conn, Pooled};
+use super::statement::run_statement;
+use super::{Database, SqlError, SqlLimits, Value, fence, guard};
 use crate::coord::term::Term;
 
 /// What a statement returned: its columns, its rows, and how many rows it returned or (asked
@@ -63,7 +63,7 @@ impl Tx {
             return Err(not_begun(db, wait));
         };
         tx.in_flight = false;
-        if let Err(e) = fence_answer(db, job, term, wait, begun, fenced) {
+        if let Err(e) = fence::answer(db, job, term, wait, begun, fenced) {
             tx.rollback().await;
             return Err(e);
         }
@@ -130,7 +130,7 @@ impl Tx {
         tx.in_flight = false;
         // The fence first: a statement refused because the fence was (read-only, or the
         // transaction aborted) is reported as the fence's refusal.
-        if let Err(e) = fence_answer(db, job, term, limit, begun, fenced) {
+        if let Err(e) = fence::answer(db, job, term, limit, begun, fenced) {
             tx.rollback().await;
             return Err(e);
         }
@@ -363,132 +363,4 @@ fn not_begun(db: &Database, wait: Duration) -> SqlError {
         "database {} did not begin the transaction within {wait:?} (the fence's row may be held by another term's transaction)",
         db.name()
     ))
-}
-
-/// What the BEGIN batch and the fence call answered: `Ok` when the fence was raised to the
-/// term's token (the transaction goes on), else why not (the caller rolls back).
-fn fence_answer(
-    db: &Database,
-    job: &str,
-    term: &Term,
-    wait: Duration,
-    begun: Result<(), tokio_postgres::Error>,
-    fenced: Result<Row, tokio_postgres::Error>,
-) -> Result<(), SqlError> {
-    let row = begun.and(fenced).map_err(|e| {
-        if e
-            .as_db_error()
-            .is_some_and(|d| d.code().code() == fence::NOT_REGISTERED)
-        {
-            return SqlError::NotGranted(format!(
-                "database {} has no fence row for job {job} and the host's role: run `leasehold db init URL --role ROLE --job {job}`",
-                db.name()
-            ));
-        }
-        match SqlError::from_pg(e, wait) {
-            SqlError::Timeout(_) => SqlError::Unavailable(format!(
-                "database {} did not lock the fence's row within {wait:?}",
-                db.name()
-            )),
-            other => other,
-        }
-    })?;
-    let raised: Option<bool> = row.try_get(0).ok();
-    let stored: Option<i64> = row.try_get(1).ok();
-    match (raised, stored) {
-        (Some(true), Some(_)) => Ok(()),
-        (Some(false), Some(stored)) => Err(SqlError::Fenced {
-            database: db.name().to_string(),
-            token: term.token(),
-            stored: stored.max(0) as u64,
-        }),
-        _ => Err(SqlError::Unavailable(format!(
-            "database {}: the fence function gave no answer",
-            db.name()
-        ))),
-    }
-}
-
-/// Runs `statement` with `params` on `client` (prepared once per connection, kept in
-/// `statements`), within the rows and bytes of `limits`: its rows, or with `count`, only how
-/// many rows it changed.
-async fn run_statement(
-    client: &Client,
-    statements: &mut HashMap<String, Statement>,
-    statement: &str,
-    params: &[Value],
-    count: bool,
-    limits: &SqlLimits,
-) -> Result<Ran, SqlError> {
-    let limit = limits.statement_time;
-    let (rows_cap, bytes_cap) = (limits.rows, limits.result_bytes);
-    let stmt = match statements.get(statement) {
-        Some(s) => s.clone(),
-        None => {
-            let s = client
-                .prepare(statement)
-                .await
-                .map_err(|e| SqlError::from_pg(e, limit))?;
-            if statements.len() >= STATEMENTS_KEPT {
-                statements.clear();
-            }
-            statements.insert(statement.to_string(), s.clone());
-            s
-        }
-    };
-    if stmt.params().len() != params.len() {
-        return Err(SqlError::Refused(format!(
-            "the statement takes {} parameters and {} were given",
-            stmt.params().len(),
-            params.len()
-        )));
-    }
-    let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
-        params.iter().map(|p| p as _).collect();
-    if count {
-        let n = client
-            .execute(&stmt, &refs)
-            .await
-            .map_err(|e| SqlError::from_pg(e, limit))?;
-        return Ok((Vec::new(), Vec::new(), n));
-    }
-    let columns: Vec<String> = stmt
-        .columns()
-        .iter()
-        .map(|c| c.name().to_string())
-        .collect();
-    let stream = client
-        .query_raw(&stmt, refs)
-        .await
-        .map_err(|e| SqlError::from_pg(e, limit))?;
-    use futures_util::TryStreamExt as _;
-    let mut stream = std::pin::pin!(stream);
-    let mut rows = Vec::new();
-    let mut bytes = 0u64;
-    while let Some(row) = stream
-        .try_next()
-        .await
-        .map_err(|e| SqlError::from_pg(e, limit))?
-    {
-        if rows.len() as u64 >= rows_cap {
-            return Err(SqlError::TooLarge(format!(
-                "more than the job's {rows_cap} rows per statement"
-            )));
-        }
-        let mut values = Vec::with_capacity(columns.len());
-        for i in 0..columns.len() {
-            let v = value::column(&row, i).map_err(SqlError::Unsupported)?;
-            bytes += v.size() as u64;
-            values.push(v);
-        }
-        if bytes > bytes_cap {
-            return Err(SqlError::TooLarge(format!(
-                "more than the job's {} per statement",
-                crate::units::show_size(bytes_cap)
-            )));
-        }
-        rows.push(values);
-    }
-    let n = rows.len() as u64;
-    Ok((columns, rows, n))
 }
