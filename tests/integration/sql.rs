@@ -296,7 +296,39 @@ async fn a_single_statement_runs_behind_the_fence_and_does_nothing_when_it_is_re
             Err(SqlError::Constraint(ref d)) if d.code == "23505"
         ));
         assert_eq!(charges(&pg).await, [("bob".to_string(), 6)]);
-        // The pool's connections are read-only outside the host's READ WRITE transaction.
+        // A refused term's statement is cut off at once (its timeouts made 1 ms), so it holds
+        // the fence's row from the leading term no longer: a sleep of 15 s is cancelled.
+        let slow = sql::SqlLimits {
+            statement_time: Duration::from_secs(30),
+            ..limits()
+        };
+        let t = Instant::now();
+        let refused = Tx::single(
+            "ledger",
+            &db,
+            "ledger-job",
+            &old,
+            slow,
+            "SELECT pg_sleep(15)",
+            &[],
+            false,
+        )
+        .await;
+        assert!(
+            matches!(refused, Err(SqlError::Fenced { stored: 6, .. })),
+            "{:?}",
+            refused.map(|r| r.2)
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "a refused term's statement ran on for {:?}, holding the fence's row",
+            t.elapsed()
+        );
+        // The pool's connections are read-only outside the host's READ WRITE transaction, and
+        // the host's check refuses a connection that does not start so (options dropped).
+        let plain = pg.connect(ROLE).await.unwrap();
+        let unsafe_conn = sql::fence::verify(&plain).await.unwrap_err();
+        assert!(unsafe_conn.contains("do not start read-only"), "{unsafe_conn}");
         let mut tx = Tx::begin("ledger", &db, "ledger-job", &new, limits())
             .await
             .unwrap();

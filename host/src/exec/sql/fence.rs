@@ -164,7 +164,9 @@ pub struct Verified {
 /// Checks what the fence depends on, as the job's role: the role is not a superuser and cannot
 /// bypass row security, cannot change `leasehold.fence` nor create temporary tables, and the
 /// fence function is a `SECURITY DEFINER` with its `search_path` pinned, owned by a role this one
-/// is not a member of. The error says what is wrong and what to run.
+/// is not a member of; and the connection starts read-only (`default_transaction_read_only`,
+/// which the host asks for in the options of a job connection). The error says what is wrong
+/// and what to run.
 pub async fn verify(client: &tokio_postgres::Client) -> Result<Verified, String> {
     let q = |e: tokio_postgres::Error| format!("checking the database: {e}");
     let schema = client
@@ -193,7 +195,8 @@ pub async fn verify(client: &tokio_postgres::Client) -> Result<Verified, String>
                     coalesce(array_to_string(p.proconfig, E'\n'), ''),
                     pg_has_role(session_user, p.proowner, 'USAGE'),
                     has_function_privilege('leasehold.raise_fence(text,bigint,text)', 'EXECUTE'),
-                    strpos(p.prosrc, $1) > 0
+                    strpos(p.prosrc, $1) > 0,
+                    current_setting('default_transaction_read_only') = 'on'
                FROM pg_roles r, pg_proc p
               WHERE r.rolname = session_user
                 AND p.oid = 'leasehold.raise_fence(text,bigint,text)'::regprocedure",
@@ -245,6 +248,12 @@ pub async fn verify(client: &tokio_postgres::Client) -> Result<Verified, String>
                 .into(),
         );
     }
+    if !row.get::<_, bool>(10) {
+        wrong.push(
+            "connections do not start read-only (the host asks for default_transaction_read_only=on in the connection's options: a connection pooler in between may drop them; connect to PostgreSQL directly, or let the pooler pass options)"
+                .into(),
+        );
+    }
     if !wrong.is_empty() {
         return Err(format!(
             "the fence cannot be trusted: {}; run `leasehold db init URL --role {role}` as the database's owner, and log the host in as {role}",
@@ -279,19 +288,21 @@ pub const BEGIN_BATCH: &str = "RESET ALL; SET standard_conforming_strings = on; 
 /// when prepared, so no later `search_path` changes them). Parameters: job, token, holder, the
 /// statement and lock timeout, the idle timeout (ms, as text). Its row: `(raised, stored, …)`.
 ///
-/// A refused fence also makes the transaction read-only (`transaction_read_only`), so a
-/// statement sent behind the call before its answer is read (the single-statement path,
-/// `Tx::single`) cannot write; the host rolls the transaction back either way.
+/// A refused fence also makes the transaction read-only (`transaction_read_only`) and its
+/// statement and lock timeouts 1 ms, so a statement sent behind the call before its answer is
+/// read (the single-statement path, `Tx::single`) can neither write nor hold the fence's row
+/// from the leading term for longer than that; the host rolls the transaction back either way.
 ///
 /// The timeouts are set as the statement's row is formed, after the fence's row lock is taken:
 /// the wait for that lock is bounded by the host's own timer (which cancels), and every guest
 /// statement after it by the server's too. Sent behind [`BEGIN_BATCH`]: if the batch failed
-/// before its `BEGIN`, this call would run (and commit) on its own, which only raises the fence
-/// to a token this term holds; the host then rolls back and reports the failure, and no guest
-/// statement is ever sent before both answers are read.
+/// before its `BEGIN`, this call would run on its own, outside a transaction, where the job
+/// connections' default (`default_transaction_read_only`, checked by [`verify`]) refuses the
+/// function's row lock; the host then rolls back and reports the failure. Only a single
+/// statement is sent before both answers are read (see `Tx::single`).
 pub const FENCE_CALL: &str = "SELECT f.raised, f.stored, \
-    pg_catalog.set_config('statement_timeout', $4, true), \
-    pg_catalog.set_config('lock_timeout', $4, true), \
+    pg_catalog.set_config('statement_timeout', CASE WHEN f.raised THEN $4 ELSE '1' END, true), \
+    pg_catalog.set_config('lock_timeout', CASE WHEN f.raised THEN $4 ELSE '1' END, true), \
     pg_catalog.set_config('idle_in_transaction_session_timeout', $5, true), \
     CASE WHEN f.raised THEN NULL \
         ELSE pg_catalog.set_config('transaction_read_only', 'on', true) END \

@@ -10,7 +10,7 @@
 //! the fence's answer before the guest's first statement is sent; a single statement
 //! ([`Tx::single`]) is sent in the same round trip, behind the fence, and a refused fence makes the
 //! transaction read-only before it runs (an error from the fence aborts the transaction; the pool's
-//! connections are read-only by default outside the host's `BEGIN … READ WRITE`), so it writes
+//! connections start read-only outside the host's `BEGIN … READ WRITE`, which [`fence::verify`] checks), so it writes
 //! nothing, tested with a sequence a rollback would not undo. The row stays locked until the
 //! transaction ends, so the transactions of two terms never interleave: every write of an older
 //! term commits before any write of a newer one, or never. COMMIT is sent only while the term still

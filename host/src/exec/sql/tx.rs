@@ -2,8 +2,10 @@
 //! job's limits, committed only while the term leads, cancelled and closed on any other end.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
 
 use tokio_postgres::Statement;
 
@@ -78,8 +80,10 @@ impl Tx {
     /// raised an error aborts it, and the connection's own default is read-only, so a statement
     /// outside the transaction (its BEGIN failed) cannot write either. The host reads the
     /// fence's answer, then the statement's, and sends COMMIT only when both succeeded and the
-    /// term still leads. The fence and the statement share one timer of twice the statement
-    /// time (the fence's row may be held by another term's transaction).
+    /// term still leads. The host's timer gives the fence twice the statement time (its row may
+    /// be held by another term's transaction), then the statement its statement time from the
+    /// fence's answer; a fence that refused the term is reported as `fenced` even when the
+    /// statement behind it timed out.
     #[allow(clippy::too_many_arguments)]
     pub async fn single(
         name: &str,
@@ -94,7 +98,9 @@ impl Tx {
         guard::check(statement).map_err(SqlError::Refused)?;
         let (mut tx, fence_call, fence_params) = Tx::open(name, db, job, term, limits).await?;
         let limit = limits.statement_time;
-        let answered = AtomicBool::new(false);
+        // When the fence answered, and the row's token if it refused this term.
+        let (answered, refused) = (OnceLock::new(), OnceLock::new());
+        let fence_done = Notify::new();
         let reply = {
             let Conn {
                 client, statements, ..
@@ -102,29 +108,52 @@ impl Tx {
             let client = &*client;
             let (p1, p2, p3, p4, p5) = &fence_params;
             let args: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [p1, p2, p3, p4, p5];
-            let answered = &answered;
-            tokio::time::timeout(limit * 2, async {
-                // Sent in this order at the first poll: BEGIN, the fence, then the statement
-                // (or its PREPARE, whose EXECUTE follows the fence's answer).
+            let (answered, refused, fence_done) = (&answered, &refused, &fence_done);
+            // Sent in this order at the first poll: BEGIN, the fence, then the statement (or
+            // its PREPARE, whose EXECUTE follows the fence's answer).
+            let work = async {
                 tokio::join!(
                     biased;
                     client.batch_execute(fence::BEGIN_BATCH),
                     async {
                         let r = client.query_one(&fence_call, &args).await;
-                        answered.store(true, Ordering::Relaxed);
+                        if let Ok(row) = &r
+                            && let (Ok(false), Ok(stored)) =
+                                (row.try_get::<_, bool>(0), row.try_get::<_, i64>(1))
+                        {
+                            let _ = refused.set(stored);
+                        }
+                        let _ = answered.set(Instant::now());
+                        fence_done.notify_one();
                         r
                     },
                     run_statement(client, statements, statement, params, count, &limits),
                 )
-            })
-            .await
+            };
+            tokio::pin!(work);
+            // The host's timer: twice the statement time for the fence (its row may be held by
+            // another term's transaction), then the statement time from the fence's answer.
+            let start = Instant::now();
+            loop {
+                let deadline = answered.get().map_or(start + limit * 2, |at| *at + limit);
+                tokio::select! {
+                    biased;
+                    r = &mut work => break Some(r),
+                    _ = fence_done.notified(), if answered.get().is_none() => {}
+                    _ = tokio::time::sleep_until(deadline.into()) => break None,
+                }
+            }
         };
-        let Ok((begun, fenced, ran)) = reply else {
+        let Some((begun, fenced, ran)) = reply else {
             tx.cancel();
-            return Err(if answered.load(Ordering::Relaxed) {
-                SqlError::Timeout(limit)
-            } else {
-                not_begun(db, limit)
+            return Err(match (refused.get(), answered.get()) {
+                (Some(stored), _) => SqlError::Fenced {
+                    database: db.name().to_string(),
+                    token: term.token(),
+                    stored: (*stored).max(0) as u64,
+                },
+                (None, Some(_)) => SqlError::Timeout(limit),
+                (None, None) => not_begun(db, limit * 2),
             });
         };
         tx.in_flight = false;
