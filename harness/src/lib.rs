@@ -6,6 +6,8 @@
 //!   with a slot moved between primaries on demand.
 //! * [`redis`] — `redis-server` processes the harness starts on ports it picks, and kills on
 //!   drop (plain, with an append-only file, or TLS-only).
+//! * [`etcd`] — etcd clusters (Debian's `etcd`, 3.4) on ports it picks, members killed,
+//!   paused and resumed on demand, for the etcd store (issue 30).
 //! * [`postgres`] — a PostgreSQL server of its own (`initdb` and `postgres` on a port it picks,
 //!   plain or also speaking TLS), for the fenced `sql` import.
 //! * [`sentinel`] — Redis Sentinel processes monitoring a primary (`redis-sentinel`), for
@@ -26,6 +28,7 @@
 //! otherwise: callers are tests, benchmarks and a demo, where a failed set-up ends the run.
 
 pub mod cluster;
+pub mod etcd;
 pub mod fixtures;
 pub mod guests;
 pub mod history;
@@ -42,6 +45,7 @@ pub mod wait;
 use std::path::{Path, PathBuf};
 
 pub use self::cluster::RedisCluster;
+pub use self::etcd::EtcdCluster;
 pub use self::guests::{Guests, componentize_py, guests};
 pub use self::http::{http, http_with};
 pub use self::postgres::PgServer;

@@ -1,0 +1,236 @@
+//! etcd clusters of Debian's `etcd` (3.4), started on loopback ports the harness picks, each
+//! member in a directory of its own, killed on drop.
+//!
+//! Members run with `--heartbeat-interval 50 --election-timeout 500`, so a member that loses its
+//! leader elects another within about a second, and a lease's smallest practical TTL is 1 s
+//! (etcd refuses a TTL under ⌈1.5 × election timeout⌉). A member can be killed (SIGKILL), paused
+//! and resumed (SIGSTOP, SIGCONT: pausing two of three leaves the third a minority without a
+//! leader).
+
+use std::fs::File;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::temp::TempDir;
+
+/// How long a new cluster may take to have a leader.
+const READY_WITHIN: Duration = Duration::from_secs(30);
+/// Whole-cluster start attempts (a port picked free may be taken before etcd binds it).
+const ATTEMPTS: usize = 3;
+
+/// One member of an [`EtcdCluster`].
+struct Member {
+    name: String,
+    client_port: u16,
+    peer_port: u16,
+    data: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+/// A running etcd cluster; every member is killed when it is dropped.
+pub struct EtcdCluster {
+    members: Vec<Member>,
+    token: String,
+    dir: TempDir,
+}
+
+impl EtcdCluster {
+    /// Starts `n` members and waits until each serves with a leader; panics (with the members'
+    /// logs) if it cannot.
+    pub async fn start(n: usize) -> Self {
+        let mut last = String::new();
+        for attempt in 0..ATTEMPTS {
+            let dir = TempDir::new("etcd");
+            let token = format!("lh-{}-{attempt}", std::process::id());
+            let mut members = Vec::with_capacity(n);
+            for i in 0..n {
+                let data = dir.join(&format!("m{i}"));
+                members.push(Member {
+                    name: format!("m{i}"),
+                    client_port: free_port(),
+                    peer_port: free_port(),
+                    log: dir.join(&format!("m{i}.log")),
+                    data,
+                    child: None,
+                });
+            }
+            let mut cluster = EtcdCluster {
+                members,
+                token,
+                dir,
+            };
+            for i in 0..n {
+                cluster.spawn(i);
+            }
+            if cluster.wait_healthy(READY_WITHIN).await {
+                return cluster;
+            }
+            last = cluster.logs();
+        }
+        panic!(
+            "could not start an etcd cluster of {n} in {ATTEMPTS} attempts (etcd must be on PATH: ./dev setup installs etcd-server); the last logs:\n{last}"
+        );
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let initial: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .collect();
+        let m = &self.members[i];
+        let client = format!("http://127.0.0.1:{}", m.client_port);
+        let peer = format!("http://127.0.0.1:{}", m.peer_port);
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(&m.log)
+            .expect("an etcd member's log file");
+        let child = Command::new("etcd")
+            .args(["--name", &m.name, "--data-dir"])
+            .arg(&m.data)
+            .args([
+                "--listen-client-urls",
+                &client,
+                "--advertise-client-urls",
+                &client,
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+                "--initial-cluster",
+                &initial.join(","),
+                "--initial-cluster-state",
+                "new",
+                "--initial-cluster-token",
+                &self.token,
+                "--heartbeat-interval",
+                "50",
+                "--election-timeout",
+                "500",
+                "--logger",
+                "zap",
+            ])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("starting etcd ({e}): install Debian's etcd-server (./dev setup does)")
+            });
+        self.members[i].child = Some(child);
+    }
+
+    /// Each member's client URL (`http://127.0.0.1:PORT`), in member order.
+    pub fn endpoints(&self) -> Vec<String> {
+        (0..self.members.len()).map(|i| self.endpoint(i)).collect()
+    }
+
+    /// Member `i`'s client URL.
+    pub fn endpoint(&self, i: usize) -> String {
+        format!("http://127.0.0.1:{}", self.members[i].client_port)
+    }
+
+    /// SIGKILLs member `i` (the others go on as a smaller cluster).
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Freezes member `i` (SIGSTOP): its peers see it gone, its clients get no answer.
+    pub fn pause(&self, i: usize) {
+        self.signal(i, "-STOP");
+    }
+
+    /// Thaws a member [`EtcdCluster::pause`] froze.
+    pub fn resume(&self, i: usize) {
+        self.signal(i, "-CONT");
+    }
+
+    fn signal(&self, i: usize, sig: &str) {
+        if let Some(c) = &self.members[i].child {
+            let _ = Command::new("kill")
+                .args([sig, &c.id().to_string()])
+                .status();
+        }
+    }
+
+    /// Whether member `i` answers `GET /health` with `"health":"true"` (it has a leader).
+    pub async fn healthy(&self, i: usize) -> bool {
+        let addr = format!("127.0.0.1:{}", self.members[i].client_port);
+        let ask = async {
+            let mut s = tokio::net::TcpStream::connect(&addr).await.ok()?;
+            s.write_all(b"GET /health HTTP/1.0\r\nHost: etcd\r\n\r\n")
+                .await
+                .ok()?;
+            let mut got = String::new();
+            s.read_to_string(&mut got).await.ok()?;
+            Some(got.contains("\"health\":\"true\""))
+        };
+        matches!(
+            tokio::time::timeout(Duration::from_secs(2), ask).await,
+            Ok(Some(true))
+        )
+    }
+
+    /// Waits up to `within` until every running member is healthy.
+    pub async fn wait_healthy(&self, within: Duration) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < within {
+            let mut all = true;
+            for (i, m) in self.members.iter().enumerate() {
+                if m.child.is_some() && !self.healthy(i).await {
+                    all = false;
+                    break;
+                }
+            }
+            if all {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+
+    /// Every member's log, for a failure message.
+    pub fn logs(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| {
+                let text = std::fs::read_to_string(&m.log).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(20).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                format!(
+                    "--- {} ({})\n{}",
+                    m.name,
+                    self.dir.0.display(),
+                    tail.join("\n")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            // A paused member is thawed first, so that it dies at once.
+            self.resume(i);
+            self.kill(i);
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
