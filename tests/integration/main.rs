@@ -72,6 +72,11 @@ mod http;
 // against the applied history (LEASEHOLD_SOAK_ROUNDS, LEASEHOLD_SOAK_SEED; `./dev soak`).
 mod soak;
 
+// Terms on etcd (the etcd store's first part, issue 30), against a real 3-member cluster: one
+// term at a time, growing tokens, fenced writes, a lapsed term, a minority member, a member
+// killed.
+mod etcd;
+
 // --min-replicas: writes wait for Redis replicas, and fail without them.
 mod replicas;
 

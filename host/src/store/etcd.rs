@@ -1,0 +1,269 @@
+//! etcd as a store for terms: a job's lease, its token and the writes fenced by it, on etcd's own
+//! primitives (issue 30, its first part). **Not yet used by the host**: the seam that lets a
+//! host run on etcd (`--store etcd://…`) is the rest of that issue; `docs/store-contract.md`
+//! lists what it must cover. Tested against a real 3-member cluster (`tests/integration/etcd.rs`).
+//!
+//! **Guarantees.** A term is the key `lh/<job>/lease`, created only if absent (a transaction
+//! comparing its create revision with 0) and attached to an etcd lease of the term's TTL. The
+//! key's create revision is the term's token: etcd's revisions only grow, so every later term
+//! of the job has a higher token, and no two terms share one. A fenced write
+//! ([`EtcdTerms::write`]) is one transaction that applies only while the lease key still has
+//! the term's create revision: once the term's lease lapsed (a crashed or frozen holder, one
+//! cut off from the majority), was revoked or the key released, no write of that term applies,
+//! whatever the holder's clock says; a refused write is answered with the key's current holder.
+//! Every request needs a member with a leader (`require-leader`): on the minority side of a
+//! partition a renewal fails at once instead of waiting, so the holder's term ends at its own
+//! deadline.
+//!
+//! **Non-guarantees.** TTLs are whole seconds (rounded up; at least 1 s, which the cluster's
+//! election timeout must allow); an etcd leader change gives every lease a full TTL again, so
+//! a crashed holder's lease can outlive its TTL by up to one more. Tokens are etcd revisions:
+//! they do not continue a Redis store's tokens (raising them above a database's fence is for the
+//! seam). Reads are linearizable (a quorum round each).
+//!
+//! **Clock model.** etcd keeps no wall clock for leases: it counts a lease's TTL on its leader
+//! from the last keep-alive it received. The holder counts its term from before it sent the
+//! campaign (or renewal) and stops acting a margin before the TTL, as the Redis store's terms do.
+
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
+};
+
+/// A client for terms on an etcd cluster.
+#[derive(Clone)]
+pub struct EtcdTerms {
+    client: Client,
+    /// The most one operation may take.
+    timeout: Duration,
+}
+
+/// A term won by [`EtcdTerms::campaign`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdTerm {
+    /// The job.
+    pub job: String,
+    /// Who holds it.
+    pub owner: String,
+    /// The lease key's create revision: the term's fencing token.
+    pub token: i64,
+    /// The etcd lease the key is attached to.
+    pub lease: i64,
+}
+
+/// What a campaign found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Campaign {
+    /// The job was free: this term is ours.
+    Won(EtcdTerm),
+    /// Another term holds the job.
+    Held {
+        /// Its owner.
+        owner: String,
+        /// Its token.
+        token: i64,
+    },
+}
+
+/// What a fenced write did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fenced {
+    /// Applied.
+    Applied {
+        /// The cluster's revision that holds the write.
+        revision: i64,
+    },
+    /// Refused, nothing written: the term no longer holds the job.
+    Refused {
+        /// Who holds it now, if anyone (owner and token).
+        holder: Option<(String, i64)>,
+    },
+}
+
+/// An etcd request that failed (the cluster unreachable, no leader, a timeout).
+pub type EtcdResult<T> = Result<T, etcd_client::Error>;
+
+fn lease_key(job: &str) -> String {
+    format!("lh/{job}/lease")
+}
+
+fn data_key(job: &str, key: &str) -> String {
+    format!("lh/{job}/data/{key}")
+}
+
+/// `ttl` in whole seconds, rounded up, at least 1.
+pub fn ttl_seconds(ttl: Duration) -> i64 {
+    (ttl.as_millis().div_ceil(1000) as i64).max(1)
+}
+
+impl EtcdTerms {
+    /// Connects to the cluster at `endpoints` (`http://host:port`); every request is answered
+    /// within `timeout` or fails, and only by a member with a leader.
+    pub async fn connect(endpoints: &[String], timeout: Duration) -> EtcdResult<Self> {
+        let options = ConnectOptions::new()
+            .with_connect_timeout(timeout)
+            .with_timeout(timeout)
+            .with_require_leader(true);
+        let client = bounded(timeout, Client::connect(endpoints, Some(options))).await?;
+        Ok(EtcdTerms { client, timeout })
+    }
+
+    /// Campaigns for `job` as `owner`: a new term with a lease of `ttl` when the job is free,
+    /// else who holds it (the lease granted for the attempt is revoked).
+    pub async fn campaign(&self, job: &str, owner: &str, ttl: Duration) -> EtcdResult<Campaign> {
+        bounded(self.timeout, self.try_campaign(job, owner, ttl)).await
+    }
+
+    async fn try_campaign(&self, job: &str, owner: &str, ttl: Duration) -> EtcdResult<Campaign> {
+        let mut c = self.client.clone();
+        let lease = c.lease_grant(ttl_seconds(ttl), None).await?.id();
+        let key = lease_key(job);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key.clone(),
+                owner,
+                Some(PutOptions::new().with_lease(lease)),
+            )])
+            .or_else([TxnOp::get(key, None)]);
+        let reply = match c.txn(txn).await {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = c.lease_revoke(lease).await;
+                return Err(e);
+            }
+        };
+        if reply.succeeded() {
+            // The key was created by this transaction: its create revision is the
+            // transaction's revision.
+            let token = reply.header().map_or(0, |h| h.revision());
+            return Ok(Campaign::Won(EtcdTerm {
+                job: job.to_string(),
+                owner: owner.to_string(),
+                token,
+                lease,
+            }));
+        }
+        let _ = c.lease_revoke(lease).await;
+        // The compare failed because the key existed, and the `get` ran in the same
+        // transaction: it found the key.
+        let (owner, token) = holder_of(reply.op_responses()).unwrap_or_default();
+        Ok(Campaign::Held { owner, token })
+    }
+
+    /// Renews `term`'s lease once: whether etcd still had it (a lapsed or revoked lease is
+    /// gone for good: the term is over).
+    pub async fn renew(&self, term: &EtcdTerm) -> EtcdResult<bool> {
+        let mut c = self.client.clone();
+        // The client sends one keep-alive as it opens the stream and reads its answer: a lease
+        // etcd no longer has is answered with a TTL of 0, which it reports as
+        // `LeaseKeepAliveError` (as it does a stream it could not feed: either way the term
+        // cannot count on its lease).
+        match bounded(self.timeout, c.lease_keep_alive(term.lease)).await {
+            Ok(_) => Ok(true),
+            Err(etcd_client::Error::LeaseKeepAliveError(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes `value` under the job's `key`, fenced: applied only while `term` holds the job.
+    pub async fn write(&self, term: &EtcdTerm, key: &str, value: &[u8]) -> EtcdResult<Fenced> {
+        bounded(self.timeout, self.try_write(term, key, value)).await
+    }
+
+    async fn try_write(&self, term: &EtcdTerm, key: &str, value: &[u8]) -> EtcdResult<Fenced> {
+        let mut c = self.client.clone();
+        let lease = lease_key(&term.job);
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                lease.clone(),
+                CompareOp::Equal,
+                term.token,
+            )])
+            .and_then([TxnOp::put(data_key(&term.job, key), value, None)])
+            .or_else([TxnOp::get(lease, None)]);
+        let reply = c.txn(txn).await?;
+        if reply.succeeded() {
+            return Ok(Fenced::Applied {
+                revision: reply.header().map_or(0, |h| h.revision()),
+            });
+        }
+        Ok(Fenced::Refused {
+            holder: holder_of(reply.op_responses()),
+        })
+    }
+
+    /// The job's `key`, as the cluster's leader has it.
+    pub async fn read(&self, job: &str, key: &str) -> EtcdResult<Option<Vec<u8>>> {
+        let mut c = self.client.clone();
+        let got = bounded(self.timeout, c.get(data_key(job, key), None)).await?;
+        Ok(got.kvs().first().map(|kv| kv.value().to_vec()))
+    }
+
+    /// Who holds `job` now (owner and token), if anyone.
+    pub async fn holder(&self, job: &str) -> EtcdResult<Option<(String, i64)>> {
+        let mut c = self.client.clone();
+        let got = bounded(self.timeout, c.get(lease_key(job), Some(GetOptions::new()))).await?;
+        Ok(got.kvs().first().map(|kv| {
+            (
+                String::from_utf8_lossy(kv.value()).into_owned(),
+                kv.create_revision(),
+            )
+        }))
+    }
+
+    /// Ends `term`: its key deleted only if it is still the term's, and its lease revoked.
+    /// Whether the key was the term's.
+    pub async fn resign(&self, term: &EtcdTerm) -> EtcdResult<bool> {
+        let mut c = self.client.clone();
+        let key = lease_key(&term.job);
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                key.clone(),
+                CompareOp::Equal,
+                term.token,
+            )])
+            .and_then([TxnOp::delete(key, None)]);
+        let released = bounded(self.timeout, c.txn(txn)).await?.succeeded();
+        // A lease that already lapsed is not found: that is not an error here.
+        let _ = bounded(self.timeout, c.lease_revoke(term.lease)).await;
+        Ok(released)
+    }
+}
+
+/// `op`, or a timed-out error after `limit` (a member that stopped answering mid-stream).
+async fn bounded<T>(limit: Duration, op: impl Future<Output = EtcdResult<T>>) -> EtcdResult<T> {
+    tokio::time::timeout(limit, op).await.unwrap_or_else(|_| {
+        Err(etcd_client::Error::IoError(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("etcd did not answer within {limit:?}"),
+        )))
+    })
+}
+
+/// The owner and create revision of the lease key a transaction's `get` returned.
+fn holder_of(replies: Vec<TxnOpResponse>) -> Option<(String, i64)> {
+    replies.into_iter().find_map(|r| match r {
+        TxnOpResponse::Get(g) => g.kvs().first().map(|kv| {
+            (
+                String::from_utf8_lossy(kv.value()).into_owned(),
+                kv.create_revision(),
+            )
+        }),
+        _ => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttls_are_whole_seconds_rounded_up_and_at_least_one() {
+        assert_eq!(ttl_seconds(Duration::from_millis(100)), 1);
+        assert_eq!(ttl_seconds(Duration::from_millis(1000)), 1);
+        assert_eq!(ttl_seconds(Duration::from_millis(1001)), 2);
+        assert_eq!(ttl_seconds(Duration::from_secs(10)), 10);
+    }
+}

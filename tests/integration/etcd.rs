@@ -1,0 +1,224 @@
+//! Terms on etcd (`leasehold::store::etcd`, the first part of the etcd store, issue 30) against
+//! a real 3-member cluster of Debian's etcd: one term at a time per job, tokens that grow, writes
+//! fenced by the term's token, a lapsed term fenced out by the next, a holder on the minority
+//! side that cannot renew, a member killed under a live term.
+
+use std::time::Duration;
+
+use leasehold::store::etcd::{Campaign, EtcdResult, EtcdTerm, EtcdTerms, Fenced};
+use leasehold_harness::EtcdCluster;
+
+use crate::harness::*;
+
+/// Requests answer within this, or fail.
+const REQUEST: Duration = Duration::from_secs(5);
+
+/// `op`'s answer, retried while it fails (a request can fail while the cluster elects a leader,
+/// which a loaded machine can make it do at any time), within 30 s.
+async fn answered<T, F, Fut>(what: &str, mut op: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = EtcdResult<T>>,
+{
+    wait_for(what, Duration::from_secs(30), || {
+        let fut = op();
+        async move { fut.await.ok() }
+    })
+    .await
+}
+
+async fn client(endpoints: &[String]) -> EtcdTerms {
+    EtcdTerms::connect(endpoints, REQUEST)
+        .await
+        .expect("connecting to the etcd cluster")
+}
+
+async fn won(terms: &EtcdTerms, job: &str, owner: &str, ttl: Duration) -> EtcdTerm {
+    match answered("a campaign", || terms.campaign(job, owner, ttl)).await {
+        Campaign::Won(t) => t,
+        held => panic!("{owner} expected to win {job}, found {held:?}"),
+    }
+}
+
+/// Campaigns until `owner` wins `job` (the previous term lapsing), within `within`.
+async fn wins_within(
+    terms: &EtcdTerms,
+    job: &str,
+    owner: &str,
+    ttl: Duration,
+    within: Duration,
+) -> EtcdTerm {
+    wait_for(&format!("{owner} to win {job}"), within, || async {
+        match terms.campaign(job, owner, ttl).await {
+            Ok(Campaign::Won(t)) => Some(t),
+            _ => None,
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn one_term_at_a_time_tokens_grow_and_writes_are_fenced_by_the_term() {
+    deadline(Duration::from_secs(120), async {
+        let cluster = EtcdCluster::start(3).await;
+        let (a, b) = (
+            client(&cluster.endpoints()).await,
+            client(&cluster.endpoints()).await,
+        );
+        let ttl = Duration::from_secs(5);
+        let ta = won(&a, "billing", "a", ttl).await;
+        assert_eq!(
+            answered("b.campaign", || b.campaign("billing", "b", ttl)).await,
+            Campaign::Held {
+                owner: "a".into(),
+                token: ta.token
+            }
+        );
+        assert_eq!(
+            answered("b.holder", || b.holder("billing")).await,
+            Some(("a".into(), ta.token))
+        );
+        assert!(matches!(
+            answered("a.write", || a.write(&ta, "charge/alice", b"100")).await,
+            Fenced::Applied { .. }
+        ));
+        assert!(
+            answered("a.renew", || a.renew(&ta)).await,
+            "a live term renews"
+        );
+        // Released: the next term's token is higher, and the released term writes nothing.
+        assert!(answered("a.resign", || a.resign(&ta)).await);
+        let tb = won(&b, "billing", "b", ttl).await;
+        assert!(tb.token > ta.token, "{} after {}", tb.token, ta.token);
+        assert_eq!(
+            answered("a.write", || a.write(&ta, "charge/alice", b"999")).await,
+            Fenced::Refused {
+                holder: Some(("b".into(), tb.token))
+            }
+        );
+        assert_eq!(
+            answered("b.read", || b.read("billing", "charge/alice")).await,
+            Some(b"100".to_vec())
+        );
+        assert!(
+            !answered("a.renew", || a.renew(&ta)).await,
+            "a released term's lease is gone"
+        );
+        // Another job's lease is its own.
+        let other = won(&a, "settlement", "a", ttl).await;
+        assert!(other.token > tb.token);
+        assert!(
+            !answered("a.resign", || a.resign(&ta)).await,
+            "a term resigns only its own key"
+        );
+        assert_eq!(
+            answered("b.holder", || b.holder("billing")).await,
+            Some(("b".into(), tb.token))
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_term_not_renewed_lapses_and_its_late_write_is_refused() {
+    deadline(Duration::from_secs(120), async {
+        let cluster = EtcdCluster::start(3).await;
+        let (a, b) = (
+            client(&cluster.endpoints()).await,
+            client(&cluster.endpoints()).await,
+        );
+        let ttl = Duration::from_secs(1);
+        // `a` wins and then stops renewing, as a crashed or frozen holder does.
+        let ta = won(&a, "billing", "a", ttl).await;
+        let tb = wins_within(&b, "billing", "b", ttl, Duration::from_secs(15)).await;
+        assert!(tb.token > ta.token);
+        assert!(!answered("a.renew", || a.renew(&ta)).await, "a lapsed lease is gone for good");
+        // The zombie wakes and writes: refused, nothing written.
+        assert!(matches!(
+            answered("a.write", || a.write(&ta, "charge/alice", b"late")).await,
+            Fenced::Refused { holder: Some((ref owner, token)) } if owner == "b" && token == tb.token
+        ));
+        assert_eq!(answered("b.read", || b.read("billing", "charge/alice")).await, None);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_holder_cut_off_with_a_minority_member_cannot_renew_and_the_majority_moves_on() {
+    deadline(Duration::from_secs(120), async {
+        let cluster = EtcdCluster::start(3).await;
+        // `a` talks only to member 2; `b` to members 0 and 1.
+        let a = client(&[cluster.endpoint(2)]).await;
+        let b = client(&[cluster.endpoint(0), cluster.endpoint(1)]).await;
+        let ttl = Duration::from_secs(2);
+        let ta = won(&a, "billing", "a", ttl).await;
+        assert!(answered("a.renew", || a.renew(&ta)).await);
+        // Member 2 cut off (frozen): `a` cannot renew there, whatever it retries.
+        cluster.pause(2);
+        assert!(
+            !matches!(a.renew(&ta).await, Ok(true)),
+            "a renewal through a member cut off from the others"
+        );
+        // The majority goes on: the term lapses there and `b` takes the job.
+        let tb = wins_within(&b, "billing", "b", ttl, Duration::from_secs(20)).await;
+        assert!(tb.token > ta.token);
+        assert!(matches!(
+            answered("b.write", || b.write(&tb, "charge/alice", b"100")).await,
+            Fenced::Applied { .. }
+        ));
+        // Member 2 back: `a`'s late write through it is refused, nothing overwritten.
+        cluster.resume(2);
+        let late = wait_for(
+            "a's late write to be answered",
+            Duration::from_secs(20),
+            || async { a.write(&ta, "charge/alice", b"late").await.ok() },
+        )
+        .await;
+        assert!(matches!(late, Fenced::Refused { .. }), "{late:?}");
+        assert!(!a.renew(&ta).await.unwrap_or(false));
+        assert_eq!(
+            answered("b.read", || b.read("billing", "charge/alice")).await,
+            Some(b"100".to_vec())
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_member_killed_under_a_live_term_does_not_end_it() {
+    deadline(Duration::from_secs(120), async {
+        let mut cluster = EtcdCluster::start(3).await;
+        let a = client(&cluster.endpoints()).await;
+        let ttl = Duration::from_secs(2);
+        let ta = won(&a, "billing", "a", ttl).await;
+        // The member the client lists first is killed (possibly etcd's leader).
+        cluster.kill(0);
+        // The two left are a majority: the term renews through them, as a host's heartbeat
+        // would, for twice its TTL (a request the client still sends to the dead member fails
+        // and the next one is tried), and never finds its lease gone.
+        let until = std::time::Instant::now() + ttl * 2;
+        let mut renewed = 0;
+        while std::time::Instant::now() < until {
+            match a.renew(&ta).await {
+                Ok(true) => renewed += 1,
+                Ok(false) => panic!("the term's lease lapsed after a member was killed"),
+                Err(_) => {}
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        assert!(renewed > 0, "no renewal went through the two members left");
+        let wrote = wait_for(
+            "a fenced write after a member was killed",
+            Duration::from_secs(15),
+            || async { a.write(&ta, "charge/alice", b"100").await.ok() },
+        )
+        .await;
+        assert!(matches!(wrote, Fenced::Applied { .. }), "{wrote:?}");
+        let holder = wait_for("the holder's key", Duration::from_secs(15), || async {
+            a.holder("billing").await.ok()
+        })
+        .await;
+        assert_eq!(holder, Some(("a".into(), ta.token)));
+    })
+    .await;
+}
