@@ -2,10 +2,11 @@
 //! member in a directory of its own, killed on drop.
 //!
 //! Members run with `--heartbeat-interval 50 --election-timeout 500`, so a member that loses its
-//! leader elects another within about a second, and a lease's smallest practical TTL is 1 s
-//! (etcd refuses a TTL under ⌈1.5 × election timeout⌉). A member can be killed (SIGKILL), paused
-//! and resumed (SIGSTOP, SIGCONT: pausing two of three leaves the third a minority without a
-//! leader).
+//! leader elects another within about a second, and a lease's smallest TTL is 1 s (etcd raises a
+//! TTL under ⌈1.5 × election timeout⌉ to that). Their data directories are in `/dev/shm` where
+//! there is one (etcd syncs its log on every write: a slow disk under a loaded machine would
+//! make leaders change). A member can be killed (SIGKILL), paused and resumed (SIGSTOP, SIGCONT:
+//! pausing two of three leaves the third a minority without a leader).
 
 use std::fs::File;
 use std::net::TcpListener;
@@ -45,20 +46,30 @@ impl EtcdCluster {
     pub async fn start(n: usize) -> Self {
         let mut last = String::new();
         for attempt in 0..ATTEMPTS {
-            let dir = TempDir::new("etcd");
+            let dir = match std::fs::metadata("/dev/shm") {
+                Ok(m) if m.is_dir() => TempDir::create("/dev/shm/leasehold-test-etcd")
+                    .unwrap_or_else(|_| TempDir::new("etcd")),
+                _ => TempDir::new("etcd"),
+            };
             let token = format!("lh-{}-{attempt}", std::process::id());
+            // Every port is picked while the others are still held, so no two are the same.
+            let held: Vec<TcpListener> = (0..2 * n)
+                .map(|_| TcpListener::bind("127.0.0.1:0").expect("a free port"))
+                .collect();
+            let port = |i: usize| held[i].local_addr().expect("a bound port").port();
             let mut members = Vec::with_capacity(n);
             for i in 0..n {
                 let data = dir.join(&format!("m{i}"));
                 members.push(Member {
                     name: format!("m{i}"),
-                    client_port: free_port(),
-                    peer_port: free_port(),
+                    client_port: port(2 * i),
+                    peer_port: port(2 * i + 1),
                     log: dir.join(&format!("m{i}.log")),
                     data,
                     child: None,
                 });
             }
+            drop(held);
             let mut cluster = EtcdCluster {
                 members,
                 token,
@@ -179,13 +190,20 @@ impl EtcdCluster {
         )
     }
 
-    /// Waits up to `within` until every running member is healthy.
-    pub async fn wait_healthy(&self, within: Duration) -> bool {
+    /// Waits up to `within` until every running member is healthy; false at once when a member
+    /// exited (a port taken by another process meanwhile).
+    pub async fn wait_healthy(&mut self, within: Duration) -> bool {
         let start = Instant::now();
         while start.elapsed() < within {
             let mut all = true;
-            for (i, m) in self.members.iter().enumerate() {
-                if m.child.is_some() && !self.healthy(i).await {
+            for i in 0..self.members.len() {
+                let Some(child) = self.members[i].child.as_mut() else {
+                    continue;
+                };
+                if !matches!(child.try_wait(), Ok(None)) {
+                    return false;
+                }
+                if !self.healthy(i).await {
                     all = false;
                     break;
                 }
@@ -226,11 +244,4 @@ impl Drop for EtcdCluster {
             self.kill(i);
         }
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }

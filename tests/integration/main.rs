@@ -72,9 +72,11 @@ mod http;
 // against the applied history (LEASEHOLD_SOAK_ROUNDS, LEASEHOLD_SOAK_SEED; `./dev soak`).
 mod soak;
 
-// Terms on etcd (the etcd store's first part, issue 30), against a real 3-member cluster: one
-// term at a time, growing tokens, fenced writes, a lapsed term, a minority member, a member
-// killed.
+// The store contract for terms (`coord::term_store`), the same tests against a real Redis and
+// a real 3-member etcd: one term at a time, growing tokens, fenced writes, a lapsed term.
+mod contract;
+// Terms on etcd under faults (the etcd store's first part, issue 30): a member cut off with its
+// holder, a minority without a leader, a member killed under a live term.
 mod etcd;
 
 // --min-replicas: writes wait for Redis replicas, and fail without them.

@@ -13,6 +13,8 @@
 //!   into round trips; [`heartbeat`] — membership, renewals, looks and registered reads in one
 //!   round trip per heartbeat.
 //! * [`members`] — the membership and its view; `balance` — who should lead which job.
+//! * [`term_store`] — the seam between a term and its store (Redis or etcd), not yet used by
+//!   the host (issue 30).
 
 pub(crate) mod balance;
 pub mod campaigns;
@@ -26,5 +28,6 @@ pub mod members;
 pub mod notices;
 pub mod quota;
 pub mod term;
+pub mod term_store;
 pub mod terms;
 pub mod timing;

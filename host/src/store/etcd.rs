@@ -12,14 +12,18 @@
 //! cut off from the majority), was revoked or the key released, no write of that term applies,
 //! whatever the holder's clock says; a refused write is answered with the key's current holder.
 //! Every request needs a member with a leader (`require-leader`): on the minority side of a
-//! partition a renewal fails at once instead of waiting, so the holder's term ends at its own
-//! deadline.
+//! partition a renewal is refused (no leader) instead of being answered from a stale view, so
+//! the holder's term ends at its own deadline.
 //!
-//! **Non-guarantees.** TTLs are whole seconds (rounded up; at least 1 s, which the cluster's
-//! election timeout must allow); an etcd leader change gives every lease a full TTL again, so
-//! a crashed holder's lease can outlive its TTL by up to one more. Tokens are etcd revisions:
-//! they do not continue a Redis store's tokens (raising them above a database's fence is for the
-//! seam). Reads are linearizable (a quorum round each).
+//! **Non-guarantees.** TTLs are whole seconds (rounded up), and etcd raises one under its floor
+//! (⌈1.5 × election timeout⌉) to the floor: the term's TTL is what etcd granted. Every etcd
+//! leader change gives every lease a full TTL again, so a crashed holder's lease outlives its
+//! TTL by as much as the cluster keeps changing leaders. Expired leases are revoked by a loop on
+//! etcd's leader (about every 500 ms), and a lapse counts only once that revoke is committed; no
+//! new term begins before it. Tokens are etcd revisions: small numbers that do not continue a
+//! Redis store's tokens (microseconds since the epoch), so a job moved between stores would need
+//! a base added (`docs/store-contract.md`); nothing here does that yet. Reads are linearizable
+//! (a quorum round each).
 //!
 //! **Clock model.** etcd keeps no wall clock for leases: it counts a lease's TTL on its leader
 //! from the last keep-alive it received. The holder counts its term from before it sent the
@@ -50,6 +54,8 @@ pub struct EtcdTerm {
     pub token: i64,
     /// The etcd lease the key is attached to.
     pub lease: i64,
+    /// The lease's TTL as etcd granted it.
+    pub ttl: Duration,
 }
 
 /// What a campaign found.
@@ -84,12 +90,20 @@ pub enum Fenced {
 /// An etcd request that failed (the cluster unreachable, no leader, a timeout).
 pub type EtcdResult<T> = Result<T, etcd_client::Error>;
 
-fn lease_key(job: &str) -> String {
-    format!("lh/{job}/lease")
+/// The key of `job`'s term. A job name holds no `/` (the host's job names are `a-z 0-9 - _`),
+/// so no job's keys fall under another's.
+fn lease_key(job: &str) -> EtcdResult<String> {
+    if job.is_empty() || job.contains('/') {
+        return Err(etcd_client::Error::InvalidArgs(format!(
+            "job name {job:?}: empty or with a '/'"
+        )));
+    }
+    Ok(format!("lh/{job}/lease"))
 }
 
-fn data_key(job: &str, key: &str) -> String {
-    format!("lh/{job}/data/{key}")
+fn data_key(job: &str, key: &str) -> EtcdResult<String> {
+    lease_key(job)?;
+    Ok(format!("lh/{job}/data/{key}"))
 }
 
 /// `ttl` in whole seconds, rounded up, at least 1.
@@ -109,16 +123,16 @@ impl EtcdTerms {
         Ok(EtcdTerms { client, timeout })
     }
 
-    /// Campaigns for `job` as `owner`: a new term with a lease of `ttl` when the job is free,
-    /// else who holds it (the lease granted for the attempt is revoked).
+    /// Campaigns for `job` as `owner`: a new term with a lease of `ttl` (as etcd granted it:
+    /// whole seconds, and never under its own floor) when the job is free, else who holds it.
+    /// The lease granted for the attempt is revoked when the attempt did not win, or did not
+    /// hear whether it won (in the background, so that a key created by an answer that was lost
+    /// goes with it).
     pub async fn campaign(&self, job: &str, owner: &str, ttl: Duration) -> EtcdResult<Campaign> {
-        bounded(self.timeout, self.try_campaign(job, owner, ttl)).await
-    }
-
-    async fn try_campaign(&self, job: &str, owner: &str, ttl: Duration) -> EtcdResult<Campaign> {
+        let key = lease_key(job)?;
         let mut c = self.client.clone();
-        let lease = c.lease_grant(ttl_seconds(ttl), None).await?.id();
-        let key = lease_key(job);
+        let granted = bounded(self.timeout, c.lease_grant(ttl_seconds(ttl), None)).await?;
+        let (lease, granted_ttl) = (granted.id(), granted.ttl());
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(
@@ -127,25 +141,32 @@ impl EtcdTerms {
                 Some(PutOptions::new().with_lease(lease)),
             )])
             .or_else([TxnOp::get(key, None)]);
-        let reply = match c.txn(txn).await {
-            Ok(r) => r,
-            Err(e) => {
-                let _ = c.lease_revoke(lease).await;
-                return Err(e);
-            }
+        let reply = bounded(self.timeout, c.txn(txn)).await;
+        let won = match &reply {
+            Ok(r) if r.succeeded() => r.header().map(|h| h.revision()).filter(|t| *t > 0),
+            _ => None,
         };
-        if reply.succeeded() {
-            // The key was created by this transaction: its create revision is the
-            // transaction's revision.
-            let token = reply.header().map_or(0, |h| h.revision());
+        if let Some(token) = won {
+            // The key was created by this transaction (its one write): its create revision is
+            // the transaction's revision.
             return Ok(Campaign::Won(EtcdTerm {
                 job: job.to_string(),
                 owner: owner.to_string(),
                 token,
                 lease,
+                ttl: Duration::from_secs(granted_ttl.max(1) as u64),
             }));
         }
-        let _ = c.lease_revoke(lease).await;
+        let timeout = self.timeout;
+        tokio::spawn(async move {
+            let _ = bounded(timeout, c.lease_revoke(lease)).await;
+        });
+        let reply = reply?;
+        if reply.succeeded() {
+            return Err(etcd_client::Error::InvalidArgs(
+                "etcd answered a campaign without its revision".into(),
+            ));
+        }
         // The compare failed because the key existed, and the `get` ran in the same
         // transaction: it found the key.
         let (owner, token) = holder_of(reply.op_responses()).unwrap_or_default();
@@ -169,21 +190,21 @@ impl EtcdTerms {
 
     /// Writes `value` under the job's `key`, fenced: applied only while `term` holds the job.
     pub async fn write(&self, term: &EtcdTerm, key: &str, value: &[u8]) -> EtcdResult<Fenced> {
-        bounded(self.timeout, self.try_write(term, key, value)).await
-    }
-
-    async fn try_write(&self, term: &EtcdTerm, key: &str, value: &[u8]) -> EtcdResult<Fenced> {
+        if term.token <= 0 {
+            // No term has token 0: compared with a key that does not exist, it would match.
+            return Ok(Fenced::Refused { holder: None });
+        }
         let mut c = self.client.clone();
-        let lease = lease_key(&term.job);
+        let lease = lease_key(&term.job)?;
         let txn = Txn::new()
             .when([Compare::create_revision(
                 lease.clone(),
                 CompareOp::Equal,
                 term.token,
             )])
-            .and_then([TxnOp::put(data_key(&term.job, key), value, None)])
+            .and_then([TxnOp::put(data_key(&term.job, key)?, value, None)])
             .or_else([TxnOp::get(lease, None)]);
-        let reply = c.txn(txn).await?;
+        let reply = bounded(self.timeout, c.txn(txn)).await?;
         if reply.succeeded() {
             return Ok(Fenced::Applied {
                 revision: reply.header().map_or(0, |h| h.revision()),
@@ -197,14 +218,18 @@ impl EtcdTerms {
     /// The job's `key`, as the cluster's leader has it.
     pub async fn read(&self, job: &str, key: &str) -> EtcdResult<Option<Vec<u8>>> {
         let mut c = self.client.clone();
-        let got = bounded(self.timeout, c.get(data_key(job, key), None)).await?;
+        let got = bounded(self.timeout, c.get(data_key(job, key)?, None)).await?;
         Ok(got.kvs().first().map(|kv| kv.value().to_vec()))
     }
 
     /// Who holds `job` now (owner and token), if anyone.
     pub async fn holder(&self, job: &str) -> EtcdResult<Option<(String, i64)>> {
         let mut c = self.client.clone();
-        let got = bounded(self.timeout, c.get(lease_key(job), Some(GetOptions::new()))).await?;
+        let got = bounded(
+            self.timeout,
+            c.get(lease_key(job)?, Some(GetOptions::new())),
+        )
+        .await?;
         Ok(got.kvs().first().map(|kv| {
             (
                 String::from_utf8_lossy(kv.value()).into_owned(),
@@ -216,8 +241,11 @@ impl EtcdTerms {
     /// Ends `term`: its key deleted only if it is still the term's, and its lease revoked.
     /// Whether the key was the term's.
     pub async fn resign(&self, term: &EtcdTerm) -> EtcdResult<bool> {
+        if term.token <= 0 {
+            return Ok(false);
+        }
         let mut c = self.client.clone();
-        let key = lease_key(&term.job);
+        let key = lease_key(&term.job)?;
         let txn = Txn::new()
             .when([Compare::create_revision(
                 key.clone(),
