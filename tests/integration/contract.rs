@@ -3,7 +3,6 @@
 //! cluster. One term at a time, growing tokens, writes fenced by the term in the store itself,
 //! resign only one's own, a term not renewed lapsing and its late write refused.
 
-use std::future::Future;
 use std::time::Duration;
 
 use leasehold::coord::term_store::{Campaign, RedisTerms, StoreTerm, TermStore, Written};
@@ -11,20 +10,6 @@ use leasehold::store::etcd::EtcdTerms;
 use leasehold_harness::{EtcdCluster, poll_until};
 
 use crate::harness::*;
-
-/// `op`'s answer, retried while it fails (an etcd request can fail while the cluster elects a
-/// leader, which a loaded machine can make it do at any time), within 30 s.
-async fn answered<T, F, Fut>(what: &str, mut op: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = anyhow::Result<T>>,
-{
-    wait_for(what, Duration::from_secs(30), || {
-        let fut = op();
-        async move { fut.await.ok() }
-    })
-    .await
-}
 
 async fn won<S: TermStore>(store: &S, job: &str, owner: &str, ttl: Duration) -> StoreTerm {
     match answered("a campaign", || store.campaign(job, owner, ttl)).await {

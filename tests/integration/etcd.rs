@@ -6,27 +6,13 @@
 
 use std::time::Duration;
 
-use leasehold::store::etcd::{Campaign, EtcdResult, EtcdTerm, EtcdTerms, Fenced};
+use leasehold::store::etcd::{Campaign, EtcdTerm, EtcdTerms, Fenced};
 use leasehold_harness::{EtcdCluster, poll_until};
 
 use crate::harness::*;
 
 /// Requests answer within this, or fail.
 const REQUEST: Duration = Duration::from_secs(5);
-
-/// `op`'s answer, retried while it fails (a request can fail while the cluster elects a leader,
-/// which a loaded machine can make it do at any time), within 30 s.
-async fn answered<T, F, Fut>(what: &str, mut op: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = EtcdResult<T>>,
-{
-    wait_for(what, Duration::from_secs(30), || {
-        let fut = op();
-        async move { fut.await.ok() }
-    })
-    .await
-}
 
 async fn client(endpoints: &[String]) -> EtcdTerms {
     EtcdTerms::connect(endpoints, REQUEST)

@@ -85,6 +85,21 @@ pub(crate) async fn settled<T: PartialEq>(want: &T, mut value: impl FnMut() -> T
     value()
 }
 
+/// `op`'s answer, retried while it fails, for up to 30 s: for a store's requests that can fail
+/// for a moment (an etcd cluster electing a leader, which a loaded machine can make it do at
+/// any time).
+pub(crate) async fn answered<T, E, F, Fut>(what: &str, mut op: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    wait_for(what, std::time::Duration::from_secs(30), || {
+        let fut = op();
+        async move { fut.await.ok() }
+    })
+    .await
+}
+
 /// The owner (`node:uuid`) of `job`'s lease, once one holds it (waits up to 30 s: between two
 /// terms, during a hand-over, the key is briefly absent).
 pub(crate) async fn lease_owner(redis: &RedisServer, job: &str) -> String {
