@@ -1,12 +1,20 @@
 //! The store contract for terms (`leasehold::coord::term_store`, `docs/store-contract.md`),
 //! tested against both stores by the same tests: a real `redis-server` and a real 3-member etcd
 //! cluster. One term at a time, growing tokens, writes fenced by the term in the store itself,
-//! resign only one's own, a term not renewed lapsing and its late write refused.
+//! resign only one's own, a term not renewed lapsing and its late write refused; a term's whole
+//! write (a guest's keys counted against its quota, `create`, deletes, a resent write's answer,
+//! the run bookkeeping: open runs, the run index, operators' requests cleared only by the id
+//! served), all or nothing.
 
 use std::time::Duration;
 
-use leasehold::coord::term_store::{Campaign, RedisTerms, StoreTerm, TermStore, Written};
+use leasehold::coord::fence::{Bookkeeping, TermWrite, Written as Applied};
+use leasehold::coord::quota::Quota;
+use leasehold::coord::term_store::{
+    Campaign, Collection, RedisTerms, StoreTerm, TermStore, Written, Wrote,
+};
 use leasehold::store::etcd::EtcdTerms;
+use leasehold::store::keys::JobKeys;
 use leasehold_harness::{EtcdCluster, poll_until};
 
 use crate::harness::*;
@@ -107,6 +115,239 @@ async fn a_term_not_renewed_lapses<S: TermStore>(a: &S, b: &S) {
     );
 }
 
+/// `term`'s `write`, answered.
+async fn write_all<S: TermStore>(store: &S, term: &StoreTerm, write: TermWrite<'_>) -> Wrote {
+    answered("a whole write", || store.write_all(term, &write)).await
+}
+
+fn applied(created: bool, deleted: u32, usage: Option<(u64, u64)>) -> Wrote {
+    Wrote::Applied(Applied {
+        created,
+        deleted,
+        usage,
+    })
+}
+
+/// A term's whole writes: a guest's keys counted against its quota (the full key as the Redis
+/// store spells it, and the value), `create`, deletes, a resent write answered as it was first,
+/// the run bookkeeping; and nothing of a write that is refused, by the quota or the fence.
+async fn whole_writes<S: TermStore>(a: &S, b: &S) {
+    let ttl = Duration::from_secs(5);
+    let keys = JobKeys::new("ledger");
+    let t = won(a, "ledger", "a", ttl).await;
+    let quota = Some(Quota {
+        keys: 3,
+        bytes: 200,
+    });
+    // `lh:{ledger}:data:x` is 18 bytes.
+    let (x, y, z, w) = (
+        keys.data("x"),
+        keys.data("y"),
+        keys.data("z"),
+        keys.data("w"),
+    );
+    let sets = vec![(x.clone(), b"0123456789".as_slice())];
+    let write = TermWrite {
+        quota,
+        ..TermWrite::new(&sets, &[])
+    };
+    assert_eq!(
+        write_all(a, &t, write).await,
+        applied(true, 0, Some((1, 28)))
+    );
+    // Rewritten longer: the same key, more bytes.
+    let sets = vec![(x.clone(), [b'x'; 20].as_slice())];
+    let write = TermWrite {
+        quota,
+        ..TermWrite::new(&sets, &[])
+    };
+    assert_eq!(
+        write_all(a, &t, write).await,
+        applied(true, 0, Some((1, 38)))
+    );
+    // `create`: nothing written where a key exists.
+    let sets = vec![(x.clone(), b"new".as_slice())];
+    let write = TermWrite {
+        quota,
+        create: true,
+        ..TermWrite::new(&sets, &[])
+    };
+    assert_eq!(write_all(a, &t, write).await, applied(false, 0, None));
+    assert_eq!(
+        answered("x", || a.read("ledger", "x")).await,
+        Some(vec![b'x'; 20])
+    );
+    let sets = vec![(y.clone(), b"1".as_slice())];
+    let write = TermWrite {
+        quota,
+        create: true,
+        id: Some("create-y"),
+        ..TermWrite::new(&sets, &[])
+    };
+    assert_eq!(
+        write_all(a, &t, write).await,
+        applied(true, 0, Some((2, 57)))
+    );
+    // Sent again with the same id (a client that lost the answer): answered as the first time.
+    assert_eq!(
+        write_all(a, &t, write).await,
+        applied(true, 0, Some((2, 57)))
+    );
+    let again = TermWrite {
+        id: Some("create-y-2"),
+        ..write
+    };
+    assert_eq!(write_all(a, &t, again).await, applied(false, 0, None));
+    // Past the quota of keys: refused, nothing of it written.
+    let sets = vec![(z.clone(), b"1".as_slice()), (w.clone(), b"2".as_slice())];
+    let write = TermWrite {
+        quota,
+        ..TermWrite::new(&sets, &[])
+    };
+    assert_eq!(write_all(a, &t, write).await, Wrote::Quota(4, 95));
+    assert_eq!(answered("z", || a.read("ledger", "z")).await, None);
+    // Past the quota of bytes: refused too.
+    let big = [b'b'; 150];
+    let sets = vec![(z.clone(), big.as_slice())];
+    let write = TermWrite {
+        quota,
+        ..TermWrite::new(&sets, &[])
+    };
+    assert_eq!(write_all(a, &t, write).await, Wrote::Quota(3, 225));
+    // A delete comes off the count; a key that was not there is not counted.
+    let deletes = vec![x.clone(), keys.data("never")];
+    let write = TermWrite {
+        quota,
+        ..TermWrite::new(&[], &deletes)
+    };
+    assert_eq!(
+        write_all(a, &t, write).await,
+        applied(true, 1, Some((1, 19)))
+    );
+    assert_eq!(answered("x", || a.read("ledger", "x")).await, None);
+
+    // The host's own record with its bookkeeping: periods opened, indexed, a request cleared
+    // only while it still carries the id served.
+    answered("a request", || a.request("ledger", "2026-01-01", "r1 none")).await;
+    answered("a request", || a.request("ledger", "2026-01-02", "r2 none")).await;
+    let (p1, p2) = ("2026-01-01".to_string(), "2026-01-02".to_string());
+    let sets = vec![
+        (keys.run(&p1), b"{\"status\":\"running\"}".as_slice()),
+        (keys.cursor(), b"2026-01-02T00:00:00Z".as_slice()),
+    ];
+    let opened = [p1.clone(), p2.clone()];
+    let indexed = [p1.clone()];
+    let cleared = [
+        (p1.clone(), "r1".to_string()),
+        (p2.clone(), "r9".to_string()),
+    ];
+    let write = TermWrite::new(&sets, &[]).with(Bookkeeping {
+        open_add: &opened,
+        runs_add: &indexed,
+        clear_requests: &cleared,
+        ..Bookkeeping::default()
+    });
+    assert_eq!(write_all(a, &t, write).await, applied(true, 0, None));
+    let members = |c| answered("a collection", move || a.members("ledger", c));
+    assert_eq!(
+        members(Collection::Open).await,
+        vec![(p1.clone(), vec![]), (p2.clone(), vec![])]
+    );
+    assert_eq!(members(Collection::Runs).await, vec![(p1.clone(), vec![])]);
+    assert_eq!(
+        members(Collection::Requests).await,
+        vec![(p2.clone(), b"r2 none".to_vec())],
+        "only the request whose id was served is cleared"
+    );
+    assert_eq!(
+        answered("the cursor", || a.read_key("ledger", "cursor")).await,
+        Some(b"2026-01-02T00:00:00Z".to_vec())
+    );
+    let closed = [p1.clone()];
+    let write = TermWrite::new(&[], &[]).with(Bookkeeping {
+        open_remove: &closed,
+        ..Bookkeeping::default()
+    });
+    assert_eq!(write_all(a, &t, write).await, applied(true, 0, None));
+    assert_eq!(members(Collection::Open).await, vec![(p2.clone(), vec![])]);
+
+    // Once another term holds the job, none of this term's writes lands.
+    let mut retried = false;
+    let released = loop {
+        match a.resign(&t).await {
+            Ok(r) => break r,
+            Err(_) => retried = true,
+        }
+    };
+    assert!(released || retried);
+    let tb = won(b, "ledger", "b", ttl).await;
+    let sets = vec![
+        (keys.cursor(), b"late".as_slice()),
+        (y.clone(), b"late".as_slice()),
+    ];
+    let late = [p1.clone()];
+    let write = TermWrite::new(&sets, &[]).with(Bookkeeping {
+        open_add: &late,
+        ..Bookkeeping::default()
+    });
+    assert_eq!(write_all(a, &t, write).await, Wrote::Refused);
+    assert_eq!(members(Collection::Open).await, vec![(p2.clone(), vec![])]);
+    assert_eq!(
+        answered("y", || b.read("ledger", "y")).await,
+        Some(b"1".to_vec())
+    );
+    assert_eq!(
+        answered("the cursor", || b.read_key("ledger", "cursor")).await,
+        Some(b"2026-01-02T00:00:00Z".to_vec())
+    );
+    let sets = vec![(z.clone(), b"late!".as_slice())];
+    let write = TermWrite {
+        quota,
+        ..TermWrite::new(&sets, &[])
+    };
+    assert_eq!(
+        write_all(b, &tb, write).await,
+        applied(true, 0, Some((2, 42)))
+    );
+}
+
+/// Writes of one term sent at once (a step's and its tasks' workers') are each applied whole,
+/// and the usage counts every one of them exactly: on etcd, each contended write is worked out
+/// again from a new read.
+async fn concurrent_writes_count_exactly<S: TermStore + Sync>(a: &S) {
+    let keys = JobKeys::new("ledger");
+    let t = won(a, "ledger", "a", Duration::from_secs(5)).await;
+    let quota = Some(Quota {
+        keys: 1000,
+        bytes: 1 << 20,
+    });
+    let names: Vec<String> = (0..16).map(|i| keys.data(&format!("k{i:02}"))).collect();
+    let writes = names.iter().map(|k| {
+        let t = &t;
+        async move {
+            let sets = vec![(k.clone(), b"0123456789".as_slice())];
+            let write = TermWrite {
+                quota,
+                ..TermWrite::new(&sets, &[])
+            };
+            write_all(a, t, write).await
+        }
+    });
+    for w in futures_util::future::join_all(writes).await {
+        assert!(matches!(w, Wrote::Applied(_)), "{w:?}");
+    }
+    // Sixteen keys of 20 bytes (`lh:{ledger}:data:kNN`) and 10 each.
+    let sets = vec![(keys.data("last"), b"".as_slice())];
+    let write = TermWrite {
+        quota,
+        ..TermWrite::new(&sets, &[])
+    };
+    assert_eq!(
+        write_all(a, &t, write).await,
+        applied(true, 0, Some((17, 16 * 30 + 21)))
+    );
+}
+
 async fn redis_pair(redis: &RedisServer) -> (RedisTerms, RedisTerms) {
     (
         RedisTerms::new(redis.conn().await),
@@ -156,6 +397,48 @@ async fn etcd_lapses_a_term_not_renewed_and_refuses_its_late_write() {
         let cluster = EtcdCluster::start(3).await;
         let (a, b) = etcd_pair(&cluster).await;
         a_term_not_renewed_lapses(&a, &b).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn redis_applies_a_terms_whole_write_with_its_quota_and_bookkeeping_or_nothing() {
+    deadline(Duration::from_secs(60), async {
+        let redis = RedisServer::start().await;
+        let (a, b) = redis_pair(&redis).await;
+        // Boxed: a long test's future is large for a test thread's stack in a debug build.
+        Box::pin(whole_writes(&a, &b)).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn etcd_applies_a_terms_whole_write_with_its_quota_and_bookkeeping_or_nothing() {
+    deadline(Duration::from_secs(120), async {
+        let cluster = EtcdCluster::start(3).await;
+        let (a, b) = etcd_pair(&cluster).await;
+        // Boxed: a long test's future is large for a test thread's stack in a debug build.
+        Box::pin(whole_writes(&a, &b)).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn redis_counts_a_terms_concurrent_writes_exactly() {
+    deadline(Duration::from_secs(60), async {
+        let redis = RedisServer::start().await;
+        let (a, _) = redis_pair(&redis).await;
+        Box::pin(concurrent_writes_count_exactly(&a)).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn etcd_counts_a_terms_concurrent_writes_exactly() {
+    deadline(Duration::from_secs(120), async {
+        let cluster = EtcdCluster::start(3).await;
+        let (a, _) = etcd_pair(&cluster).await;
+        Box::pin(concurrent_writes_count_exactly(&a)).await;
     })
     .await;
 }

@@ -49,6 +49,17 @@ impl JobKeys {
         }
     }
 
+    /// `key` without the job's prefix (`cursor` for `lh:{job}:cursor`), if it is one of the
+    /// job's keys: how the etcd store names the job's keys under its own prefix.
+    pub fn rest<'k>(&self, key: &'k str) -> Option<&'k str> {
+        key.strip_prefix(self.prefix.as_str())
+    }
+
+    /// The job's key `rest` (what [`JobKeys::rest`] gives back).
+    pub fn of(&self, rest: &str) -> String {
+        format!("{}{rest}", self.prefix)
+    }
+
     /// The job's name.
     pub fn job(&self) -> &str {
         &self.prefix["lh:{".len()..self.prefix.len() - "}:".len()]

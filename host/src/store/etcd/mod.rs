@@ -1,7 +1,14 @@
 //! etcd as a store for terms: a job's lease, its token and the writes fenced by it, on etcd's own
-//! primitives (issue 30, its first part). **Not yet used by the host**: the seam that lets a
-//! host run on etcd (`--store etcd://…`) is the rest of that issue; `docs/store-contract.md`
-//! lists what it must cover. Tested against a real 3-member cluster (`tests/integration/etcd.rs`).
+//! primitives (issue 30, in part): campaign, renew, resign, a single fenced write (here) and a
+//! term's whole write with its quota and run bookkeeping ([`fenced`]). **Not yet used by the
+//! host**: the seam that lets a host run on etcd (`--store etcd://…`) is the rest of that issue;
+//! `docs/store-contract.md` lists what it must cover. Tested against a real 3-member cluster
+//! (`tests/integration/etcd.rs`, and `contract.rs` beside the Redis store).
+//!
+//! **Keys.** A job's keys are under `lh/<job>/`: its key `<rest>` (as the Redis store names it
+//! without the job's prefix `lh:{<job>}:`, e.g. `cursor`, `run:<period>`, `data:<key>`) is
+//! `lh/<job>/<rest>`, and each member of its sets and hashes (`open`, `runs`, `requests`) a key
+//! of its own, `lh/<job>/<set>/<member>`.
 //!
 //! **Guarantees.** A term is the key `lh/<job>/lease`, created only if absent (a transaction
 //! comparing its create revision with 0) and attached to an etcd lease of the term's TTL. The
@@ -29,11 +36,19 @@
 //! from the last keep-alive it received. The holder counts its term from before it sent the
 //! campaign (or renewal) and stops acting a margin before the TTL, as the Redis store's terms do.
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
 };
+
+mod fenced;
+
+pub use fenced::{EtcdWrite, WriteOutcome};
+
+/// etcd's own limit on a transaction's operations when it is not configured (`--max-txn-ops`).
+pub const DEFAULT_MAX_TXN_OPS: usize = 128;
 
 /// A client for terms on an etcd cluster.
 #[derive(Clone)]
@@ -41,6 +56,10 @@ pub struct EtcdTerms {
     client: Client,
     /// The most one operation may take.
     timeout: Duration,
+    /// The most operations a transaction may have (the cluster's `--max-txn-ops`).
+    max_txn_ops: usize,
+    /// The lease writes' answers are kept under, and when it was granted ([`fenced`]).
+    applied: Arc<Mutex<Option<(i64, Instant)>>>,
 }
 
 /// A term won by [`EtcdTerms::campaign`].
@@ -101,9 +120,24 @@ fn lease_key(job: &str) -> EtcdResult<String> {
     Ok(format!("lh/{job}/lease"))
 }
 
-fn data_key(job: &str, key: &str) -> EtcdResult<String> {
+/// The etcd key of the job's key `rest`, as the Redis store names it without the job's prefix
+/// (`lh:{job}:<rest>` there, `lh/<job>/<rest>` here).
+fn job_key(job: &str, rest: &str) -> EtcdResult<String> {
     lease_key(job)?;
-    Ok(format!("lh/{job}/data/{key}"))
+    Ok(format!("lh/{job}/{rest}"))
+}
+
+/// The etcd key of `member` of the job's set or hash `collection` (`open`, `runs`,
+/// `requests`): one key per member, under `lh/<job>/<collection>/`. No key of the job's own
+/// has a `/` right after a collection's name, so a prefix read of the collection finds only
+/// its members.
+fn member_key(job: &str, collection: &str, member: &str) -> EtcdResult<String> {
+    lease_key(job)?;
+    Ok(format!("lh/{job}/{collection}/{member}"))
+}
+
+fn data_key(job: &str, key: &str) -> EtcdResult<String> {
+    job_key(job, &format!("data:{key}"))
 }
 
 /// `ttl` in whole seconds, rounded up, at least 1.
@@ -120,7 +154,19 @@ impl EtcdTerms {
             .with_timeout(timeout)
             .with_require_leader(true);
         let client = bounded(timeout, Client::connect(endpoints, Some(options))).await?;
-        Ok(EtcdTerms { client, timeout })
+        Ok(EtcdTerms {
+            client,
+            timeout,
+            max_txn_ops: DEFAULT_MAX_TXN_OPS,
+            applied: Arc::default(),
+        })
+    }
+
+    /// With a cluster whose `--max-txn-ops` is `ops` (writes needing more are refused before
+    /// they are sent).
+    pub fn with_max_txn_ops(mut self, ops: usize) -> Self {
+        self.max_txn_ops = ops;
+        self
     }
 
     /// Campaigns for `job` as `owner`: a new term with a lease of `ttl` (as etcd granted it:
@@ -257,6 +303,55 @@ impl EtcdTerms {
         // A lease that already lapsed is not found: that is not an error here.
         let _ = bounded(self.timeout, c.lease_revoke(term.lease)).await;
         Ok(released)
+    }
+}
+
+/// Reads of a job's keys, and an operator's request, for what writes change ([`fenced`]).
+impl EtcdTerms {
+    /// The job's `key` (a job key as [`EtcdWrite`] names them), as the cluster's leader has it.
+    pub async fn get(&self, job: &str, key: &str) -> EtcdResult<Option<Vec<u8>>> {
+        let mut c = self.client.clone();
+        let got = bounded(self.timeout, c.get(job_key(job, key)?, None)).await?;
+        Ok(got.kvs().first().map(|kv| kv.value().to_vec()))
+    }
+
+    /// The members of one of the job's sets (`open`, `runs`) or the fields of one of its hashes
+    /// (`requests`), in key order, with their values.
+    pub async fn members(&self, job: &str, collection: &str) -> EtcdResult<Vec<(String, Vec<u8>)>> {
+        let prefix = member_key(job, collection, "")?;
+        let mut c = self.client.clone();
+        let got = bounded(
+            self.timeout,
+            c.get(prefix.clone(), Some(GetOptions::new().with_prefix())),
+        )
+        .await?;
+        Ok(got
+            .kvs()
+            .iter()
+            .map(|kv| {
+                (
+                    String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned(),
+                    kv.value().to_vec(),
+                )
+            })
+            .collect())
+    }
+
+    /// Sets one field of one of the job's hashes, unfenced: an operator's write (a request).
+    pub async fn set_member(
+        &self,
+        job: &str,
+        collection: &str,
+        member: &str,
+        value: &[u8],
+    ) -> EtcdResult<()> {
+        let mut c = self.client.clone();
+        bounded(
+            self.timeout,
+            c.put(member_key(job, collection, member)?, value, None),
+        )
+        .await?;
+        Ok(())
     }
 }
 
