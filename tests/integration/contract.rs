@@ -348,6 +348,39 @@ async fn concurrent_writes_count_exactly<S: TermStore + Sync>(a: &S) {
     );
 }
 
+/// One host's terms renewed together: each answers for itself, and a term another took over
+/// (after a resignation) answers false while the others go on.
+async fn many_terms_renewed_together<S: TermStore>(a: &S, b: &S) {
+    let ttl = Duration::from_secs(5);
+    let jobs = ["j1", "j2", "j3"];
+    let mut terms = Vec::new();
+    for j in jobs {
+        terms.push(won(a, j, &format!("a-{j}"), ttl).await);
+    }
+    assert_eq!(
+        answered("the renewals", || a.renew_all(&terms)).await,
+        vec![true, true, true]
+    );
+    let mut retried = false;
+    let released = loop {
+        match a.resign(&terms[1]).await {
+            Ok(r) => break r,
+            Err(_) => retried = true,
+        }
+    };
+    assert!(released || retried);
+    let tb = won(b, "j2", "b-j2", ttl).await;
+    assert_eq!(
+        answered("the renewals", || a.renew_all(&terms)).await,
+        vec![true, false, true]
+    );
+    assert!(answered("b's renewal", || b.renew(&tb)).await);
+    assert_eq!(
+        answered("j3's holder", || b.holder("j3")).await,
+        Some("a-j3".into())
+    );
+}
+
 async fn redis_pair(redis: &RedisServer) -> (RedisTerms, RedisTerms) {
     (
         RedisTerms::new(redis.conn().await),
@@ -439,6 +472,26 @@ async fn etcd_counts_a_terms_concurrent_writes_exactly() {
         let cluster = EtcdCluster::start(3).await;
         let (a, _) = etcd_pair(&cluster).await;
         Box::pin(concurrent_writes_count_exactly(&a)).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn redis_renews_a_hosts_terms_together_each_for_itself() {
+    deadline(Duration::from_secs(60), async {
+        let redis = RedisServer::start().await;
+        let (a, b) = redis_pair(&redis).await;
+        Box::pin(many_terms_renewed_together(&a, &b)).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn etcd_renews_a_hosts_terms_together_each_for_itself() {
+    deadline(Duration::from_secs(120), async {
+        let cluster = EtcdCluster::start(3).await;
+        let (a, b) = etcd_pair(&cluster).await;
+        Box::pin(many_terms_renewed_together(&a, &b)).await;
     })
     .await;
 }

@@ -11,7 +11,9 @@
 //! of its own, `lh/<job>/<set>/<member>`.
 //!
 //! **Guarantees.** A term is the key `lh/<job>/lease`, created only if absent (a transaction
-//! comparing its create revision with 0) and attached to an etcd lease of the term's TTL. The
+//! comparing its create revision with 0) and attached to its client's etcd lease: one lease per
+//! client (a host), shared by every term it wins, so one keep-alive renews them all
+//! ([`EtcdTerms::renew_all`]: two requests a heartbeat, whatever the number of terms). The
 //! key's create revision is the term's token: etcd's revisions only grow, so every later term
 //! of the job has a higher token, and no two terms share one. A fenced write
 //! ([`EtcdTerms::write`]) is one transaction that applies only while the lease key still has
@@ -39,11 +41,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
-};
+use etcd_client::{Client, ConnectOptions, TxnOpResponse};
 
 mod fenced;
+mod reads;
+mod terms;
 
 pub use fenced::{EtcdWrite, WriteOutcome};
 
@@ -60,6 +62,8 @@ pub struct EtcdTerms {
     max_txn_ops: usize,
     /// The lease writes' answers are kept under, and when it was granted ([`fenced`]).
     applied: Arc<Mutex<Option<(i64, Instant)>>>,
+    /// The lease every term this client wins is attached to.
+    host: Arc<Mutex<Option<terms::HostLease>>>,
 }
 
 /// A term won by [`EtcdTerms::campaign`].
@@ -159,6 +163,7 @@ impl EtcdTerms {
             timeout,
             max_txn_ops: DEFAULT_MAX_TXN_OPS,
             applied: Arc::default(),
+            host: Arc::default(),
         })
     }
 
@@ -167,191 +172,6 @@ impl EtcdTerms {
     pub fn with_max_txn_ops(mut self, ops: usize) -> Self {
         self.max_txn_ops = ops;
         self
-    }
-
-    /// Campaigns for `job` as `owner`: a new term with a lease of `ttl` (as etcd granted it:
-    /// whole seconds, and never under its own floor) when the job is free, else who holds it.
-    /// The lease granted for the attempt is revoked when the attempt did not win, or did not
-    /// hear whether it won (in the background, so that a key created by an answer that was lost
-    /// goes with it).
-    pub async fn campaign(&self, job: &str, owner: &str, ttl: Duration) -> EtcdResult<Campaign> {
-        let key = lease_key(job)?;
-        let mut c = self.client.clone();
-        let granted = bounded(self.timeout, c.lease_grant(ttl_seconds(ttl), None)).await?;
-        let (lease, granted_ttl) = (granted.id(), granted.ttl());
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key.clone(),
-                owner,
-                Some(PutOptions::new().with_lease(lease)),
-            )])
-            .or_else([TxnOp::get(key, None)]);
-        let reply = bounded(self.timeout, c.txn(txn)).await;
-        let won = match &reply {
-            Ok(r) if r.succeeded() => r.header().map(|h| h.revision()).filter(|t| *t > 0),
-            _ => None,
-        };
-        if let Some(token) = won {
-            // The key was created by this transaction (its one write): its create revision is
-            // the transaction's revision.
-            return Ok(Campaign::Won(EtcdTerm {
-                job: job.to_string(),
-                owner: owner.to_string(),
-                token,
-                lease,
-                ttl: Duration::from_secs(granted_ttl.max(1) as u64),
-            }));
-        }
-        let timeout = self.timeout;
-        tokio::spawn(async move {
-            let _ = bounded(timeout, c.lease_revoke(lease)).await;
-        });
-        let reply = reply?;
-        if reply.succeeded() {
-            return Err(etcd_client::Error::InvalidArgs(
-                "etcd answered a campaign without its revision".into(),
-            ));
-        }
-        // The compare failed because the key existed, and the `get` ran in the same
-        // transaction: it found the key.
-        let (owner, token) = holder_of(reply.op_responses()).unwrap_or_default();
-        Ok(Campaign::Held { owner, token })
-    }
-
-    /// Renews `term`'s lease once: whether etcd still had it (a lapsed or revoked lease is
-    /// gone for good: the term is over).
-    pub async fn renew(&self, term: &EtcdTerm) -> EtcdResult<bool> {
-        let mut c = self.client.clone();
-        // The client sends one keep-alive as it opens the stream and reads its answer: a lease
-        // etcd no longer has is answered with a TTL of 0, which it reports as
-        // `LeaseKeepAliveError` (as it does a stream it could not feed: either way the term
-        // cannot count on its lease).
-        match bounded(self.timeout, c.lease_keep_alive(term.lease)).await {
-            Ok(_) => Ok(true),
-            Err(etcd_client::Error::LeaseKeepAliveError(_)) => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Writes `value` under the job's `key`, fenced: applied only while `term` holds the job.
-    pub async fn write(&self, term: &EtcdTerm, key: &str, value: &[u8]) -> EtcdResult<Fenced> {
-        if term.token <= 0 {
-            // No term has token 0: compared with a key that does not exist, it would match.
-            return Ok(Fenced::Refused { holder: None });
-        }
-        let mut c = self.client.clone();
-        let lease = lease_key(&term.job)?;
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                lease.clone(),
-                CompareOp::Equal,
-                term.token,
-            )])
-            .and_then([TxnOp::put(data_key(&term.job, key)?, value, None)])
-            .or_else([TxnOp::get(lease, None)]);
-        let reply = bounded(self.timeout, c.txn(txn)).await?;
-        if reply.succeeded() {
-            return Ok(Fenced::Applied {
-                revision: reply.header().map_or(0, |h| h.revision()),
-            });
-        }
-        Ok(Fenced::Refused {
-            holder: holder_of(reply.op_responses()),
-        })
-    }
-
-    /// The job's `key`, as the cluster's leader has it.
-    pub async fn read(&self, job: &str, key: &str) -> EtcdResult<Option<Vec<u8>>> {
-        let mut c = self.client.clone();
-        let got = bounded(self.timeout, c.get(data_key(job, key)?, None)).await?;
-        Ok(got.kvs().first().map(|kv| kv.value().to_vec()))
-    }
-
-    /// Who holds `job` now (owner and token), if anyone.
-    pub async fn holder(&self, job: &str) -> EtcdResult<Option<(String, i64)>> {
-        let mut c = self.client.clone();
-        let got = bounded(
-            self.timeout,
-            c.get(lease_key(job)?, Some(GetOptions::new())),
-        )
-        .await?;
-        Ok(got.kvs().first().map(|kv| {
-            (
-                String::from_utf8_lossy(kv.value()).into_owned(),
-                kv.create_revision(),
-            )
-        }))
-    }
-
-    /// Ends `term`: its key deleted only if it is still the term's, and its lease revoked.
-    /// Whether the key was the term's.
-    pub async fn resign(&self, term: &EtcdTerm) -> EtcdResult<bool> {
-        if term.token <= 0 {
-            return Ok(false);
-        }
-        let mut c = self.client.clone();
-        let key = lease_key(&term.job)?;
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                key.clone(),
-                CompareOp::Equal,
-                term.token,
-            )])
-            .and_then([TxnOp::delete(key, None)]);
-        let released = bounded(self.timeout, c.txn(txn)).await?.succeeded();
-        // A lease that already lapsed is not found: that is not an error here.
-        let _ = bounded(self.timeout, c.lease_revoke(term.lease)).await;
-        Ok(released)
-    }
-}
-
-/// Reads of a job's keys, and an operator's request, for what writes change ([`fenced`]).
-impl EtcdTerms {
-    /// The job's `key` (a job key as [`EtcdWrite`] names them), as the cluster's leader has it.
-    pub async fn get(&self, job: &str, key: &str) -> EtcdResult<Option<Vec<u8>>> {
-        let mut c = self.client.clone();
-        let got = bounded(self.timeout, c.get(job_key(job, key)?, None)).await?;
-        Ok(got.kvs().first().map(|kv| kv.value().to_vec()))
-    }
-
-    /// The members of one of the job's sets (`open`, `runs`) or the fields of one of its hashes
-    /// (`requests`), in key order, with their values.
-    pub async fn members(&self, job: &str, collection: &str) -> EtcdResult<Vec<(String, Vec<u8>)>> {
-        let prefix = member_key(job, collection, "")?;
-        let mut c = self.client.clone();
-        let got = bounded(
-            self.timeout,
-            c.get(prefix.clone(), Some(GetOptions::new().with_prefix())),
-        )
-        .await?;
-        Ok(got
-            .kvs()
-            .iter()
-            .map(|kv| {
-                (
-                    String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned(),
-                    kv.value().to_vec(),
-                )
-            })
-            .collect())
-    }
-
-    /// Sets one field of one of the job's hashes, unfenced: an operator's write (a request).
-    pub async fn set_member(
-        &self,
-        job: &str,
-        collection: &str,
-        member: &str,
-        value: &[u8],
-    ) -> EtcdResult<()> {
-        let mut c = self.client.clone();
-        bounded(
-            self.timeout,
-            c.put(member_key(job, collection, member)?, value, None),
-        )
-        .await?;
-        Ok(())
     }
 }
 

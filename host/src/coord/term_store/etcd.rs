@@ -1,0 +1,141 @@
+//! The etcd store behind [`TermStore`]: [`crate::store::etcd`], with this seam's terms and
+//! writes converted at the boundary.
+
+use super::{Campaign, Collection, StoreTerm, TermStore, Written, Wrote};
+use crate::coord::fence::{TermWrite, Written as TermWritten};
+use crate::store::etcd::{self, EtcdTerms};
+use crate::store::keys::JobKeys;
+use std::time::Duration;
+
+/// The etcd side's term as this seam's.
+fn from_etcd(t: etcd::EtcdTerm) -> anyhow::Result<StoreTerm> {
+    Ok(StoreTerm {
+        token: u64::try_from(t.token)?,
+        job: t.job,
+        owner: t.owner,
+        ttl: t.ttl,
+        lease: Some(t.lease),
+    })
+}
+
+/// This seam's term as the etcd side's.
+/// (A term of another store has no etcd lease: it is refused as one that lapsed.)
+fn to_etcd(t: &StoreTerm) -> anyhow::Result<etcd::EtcdTerm> {
+    Ok(etcd::EtcdTerm {
+        job: t.job.clone(),
+        owner: t.owner.clone(),
+        token: i64::try_from(t.token)?,
+        lease: t.lease.unwrap_or(0),
+        ttl: t.ttl,
+    })
+}
+
+impl TermStore for EtcdTerms {
+    async fn campaign(&self, job: &str, owner: &str, ttl: Duration) -> anyhow::Result<Campaign> {
+        Ok(match EtcdTerms::campaign(self, job, owner, ttl).await? {
+            etcd::Campaign::Won(t) => Campaign::Won(from_etcd(t)?),
+            etcd::Campaign::Held { owner, .. } => Campaign::Held { owner },
+        })
+    }
+
+    async fn renew(&self, term: &StoreTerm) -> anyhow::Result<bool> {
+        Ok(EtcdTerms::renew(self, &to_etcd(term)?).await?)
+    }
+
+    async fn renew_all(&self, terms: &[StoreTerm]) -> anyhow::Result<Vec<bool>> {
+        let terms: Vec<etcd::EtcdTerm> = terms.iter().map(to_etcd).collect::<Result<_, _>>()?;
+        Ok(EtcdTerms::renew_all(self, &terms).await?)
+    }
+
+    async fn write(&self, term: &StoreTerm, key: &str, value: &[u8]) -> anyhow::Result<Written> {
+        Ok(
+            match EtcdTerms::write(self, &to_etcd(term)?, key, value).await? {
+                etcd::Fenced::Applied { .. } => Written::Applied,
+                etcd::Fenced::Refused { .. } => Written::Refused,
+            },
+        )
+    }
+
+    async fn write_all(&self, term: &StoreTerm, write: &TermWrite<'_>) -> anyhow::Result<Wrote> {
+        if write.claim.is_some() {
+            anyhow::bail!("a task's write (a worker's claim) is not on the etcd store yet");
+        }
+        let keys = JobKeys::new(&term.job);
+        let rest = |k: &str| -> anyhow::Result<String> {
+            keys.rest(k)
+                .map(str::to_string)
+                .ok_or_else(|| anyhow::anyhow!("{k} is not a key of job {}", term.job))
+        };
+        let set_keys: Vec<String> = write
+            .sets
+            .iter()
+            .map(|(k, _)| rest(k))
+            .collect::<Result<_, _>>()?;
+        let sets: Vec<(&str, &[u8])> = set_keys
+            .iter()
+            .zip(write.sets)
+            .map(|(k, (_, v))| (k.as_str(), *v))
+            .collect();
+        let delete_keys: Vec<String> = write
+            .deletes
+            .iter()
+            .map(|k| rest(k))
+            .collect::<Result<_, _>>()?;
+        let deletes: Vec<&str> = delete_keys.iter().map(String::as_str).collect();
+        let book = &write.book;
+        let w = etcd::EtcdWrite {
+            sets: &sets,
+            deletes: &deletes,
+            create: write.create,
+            quota: write.quota.map(|q| (q.keys, q.bytes)),
+            id: write.id,
+            open_add: book.open_add,
+            open_remove: book.open_remove,
+            clear_requests: book.clear_requests,
+            runs_add: book.runs_add,
+        };
+        Ok(
+            match EtcdTerms::write_all(self, &to_etcd(term)?, &w).await? {
+                etcd::WriteOutcome::Applied {
+                    created,
+                    deleted,
+                    usage,
+                } => Wrote::Applied(TermWritten {
+                    created,
+                    deleted,
+                    usage,
+                }),
+                etcd::WriteOutcome::Refused { .. } => Wrote::Refused,
+                etcd::WriteOutcome::Quota { keys, bytes } => Wrote::Quota(keys, bytes),
+            },
+        )
+    }
+
+    async fn read_key(&self, job: &str, rest: &str) -> anyhow::Result<Option<Vec<u8>>> {
+        Ok(EtcdTerms::get(self, job, rest).await?)
+    }
+
+    async fn members(
+        &self,
+        job: &str,
+        collection: Collection,
+    ) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
+        Ok(EtcdTerms::members(self, job, collection.name()).await?)
+    }
+
+    async fn request(&self, job: &str, period: &str, value: &str) -> anyhow::Result<()> {
+        Ok(EtcdTerms::set_member(self, job, "requests", period, value.as_bytes()).await?)
+    }
+
+    async fn read(&self, job: &str, key: &str) -> anyhow::Result<Option<Vec<u8>>> {
+        Ok(EtcdTerms::read(self, job, key).await?)
+    }
+
+    async fn holder(&self, job: &str) -> anyhow::Result<Option<String>> {
+        Ok(EtcdTerms::holder(self, job).await?.map(|(owner, _)| owner))
+    }
+
+    async fn resign(&self, term: &StoreTerm) -> anyhow::Result<bool> {
+        Ok(EtcdTerms::resign(self, &to_etcd(term)?).await?)
+    }
+}

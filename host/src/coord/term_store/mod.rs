@@ -1,0 +1,180 @@
+//! The seam between a term and its store (issue 30, its first cut): what a term asks of the
+//! store — campaign, renew, a fenced write, a whole term write (a guest's keys against its
+//! quota, `create`, deletes, a resend's answer, the run bookkeeping: [`TermStore::write_all`]),
+//! reads, resign — as one trait, [`TermStore`], with
+//! the Redis store (the scripts the host runs today: [`crate::coord::lease`] and the fenced
+//! write) and the etcd store ([`crate::store::etcd`]) behind it. The contract both must keep is
+//! tested against both by the same tests (`tests/integration/contract.rs`).
+//!
+//! **The contract** (`docs/store-contract.md`, C1 and C4). At most one term holds a job; a
+//! campaign on a held job names the holder. Every new term of a job has a higher token than every
+//! earlier one. A fenced write applies only while its term holds the job: once the term was
+//! resigned, or its lease lapsed and a later term began, the store itself refuses the write and
+//! writes nothing, whatever the writer's clock says. A term renewed before its TTL goes on; one
+//! not renewed lapses after it (on etcd: the TTL etcd granted, in whole seconds, and longer while
+//! etcd changes leaders). Resigning and renewing are only the term's own: a later term's hold is
+//! never released or extended by an earlier one — on Redis given that every campaign has an
+//! owner of its own (the scripts compare the owner; the host makes one `node:uuid` per
+//! candidacy), on etcd by the term's lease and token.
+//!
+//! Tokens are each store's own: Redis's are microseconds since the epoch, etcd's revisions;
+//! they grow within one store, not across a move from one to the other.
+//!
+//! **Not yet.** The host still calls the Redis functions directly (its heartbeat batches
+//! renewals of many jobs in one round trip, which this per-term interface does not); moving it
+//! onto the seam, and the rest of the store (the runner's state reads, members, notices, tasks,
+//! the term history) behind it, is the rest of issue 30. A task's write (a worker's claim) is
+//! not part of the contract yet: the etcd store refuses one.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::coord::fence::{TermWrite, Written as TermWritten};
+
+mod etcd;
+mod redis;
+
+pub use redis::RedisTerms;
+
+/// A term a store granted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreTerm {
+    /// The job.
+    pub job: String,
+    /// Who holds it.
+    pub owner: String,
+    /// Its fencing token.
+    pub token: u64,
+    /// Its lease's length.
+    pub ttl: Duration,
+    /// The etcd lease the term's key is attached to (etcd only).
+    pub(super) lease: Option<i64>,
+}
+
+/// What a campaign found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Campaign {
+    /// The job was free: this term is ours.
+    Won(StoreTerm),
+    /// Another term holds the job.
+    Held {
+        /// Its owner.
+        owner: String,
+    },
+}
+
+/// What a fenced write did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Written {
+    /// Applied.
+    Applied,
+    /// Refused by the store, nothing written: the term no longer holds the job.
+    Refused,
+}
+
+/// What a whole term write did ([`TermStore::write_all`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Wrote {
+    /// Applied (for `create` that found a key: answered, nothing written).
+    Applied(TermWritten),
+    /// Refused by the store, nothing written: the term no longer holds the job.
+    Refused,
+    /// Refused, nothing written: the write would take the job past its quota; what it would
+    /// keep `(keys, bytes)`.
+    Quota(u64, u64),
+}
+
+/// What a term asks of its store (the module doc states the contract).
+pub trait TermStore {
+    /// Campaigns for `job` as `owner` (one of its own per campaign) with a lease of `ttl`.
+    fn campaign(
+        &self,
+        job: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = anyhow::Result<Campaign>> + Send;
+
+    /// Renews `term`'s lease for its TTL: false when the term no longer holds the job.
+    fn renew(&self, term: &StoreTerm) -> impl Future<Output = anyhow::Result<bool>> + Send;
+
+    /// Renews every term of `terms` (one host's) at once, in a bounded number of requests
+    /// whatever their number: for each, whether it still holds its job (false ends it).
+    fn renew_all(
+        &self,
+        terms: &[StoreTerm],
+    ) -> impl Future<Output = anyhow::Result<Vec<bool>>> + Send;
+
+    /// Writes `value` under the job's `key`, fenced by `term`.
+    fn write(
+        &self,
+        term: &StoreTerm,
+        key: &str,
+        value: &[u8],
+    ) -> impl Future<Output = anyhow::Result<Written>> + Send;
+
+    /// Applies `write` as `term`, all or nothing ([`crate::coord::fence`]'s module doc lists
+    /// what a write does; a task's write, with a claim, is not part of this contract yet).
+    /// Its keys are the job's keys as [`crate::store::keys::JobKeys`] names them.
+    fn write_all(
+        &self,
+        term: &StoreTerm,
+        write: &TermWrite<'_>,
+    ) -> impl Future<Output = anyhow::Result<Wrote>> + Send;
+
+    /// The job's key `rest` ([`crate::store::keys::JobKeys::rest`] of it: `cursor`, `run:<period>`, …).
+    fn read_key(
+        &self,
+        job: &str,
+        rest: &str,
+    ) -> impl Future<Output = anyhow::Result<Option<Vec<u8>>>> + Send;
+
+    /// The members of the job's open-runs index (`open`) or run index (`runs`), or the
+    /// periods and values of its operators' requests (`requests`), ordered by member.
+    fn members(
+        &self,
+        job: &str,
+        collection: Collection,
+    ) -> impl Future<Output = anyhow::Result<Vec<(String, Vec<u8>)>>> + Send;
+
+    /// Asks for a run of `period` with the request `value` (an operator's write, unfenced).
+    fn request(
+        &self,
+        job: &str,
+        period: &str,
+        value: &str,
+    ) -> impl Future<Output = anyhow::Result<()>> + Send;
+
+    /// The job's key.
+    fn read(
+        &self,
+        job: &str,
+        key: &str,
+    ) -> impl Future<Output = anyhow::Result<Option<Vec<u8>>>> + Send;
+
+    /// Who holds `job` now, if anyone.
+    fn holder(&self, job: &str) -> impl Future<Output = anyhow::Result<Option<String>>> + Send;
+
+    /// Ends `term`: false when it no longer held the job.
+    fn resign(&self, term: &StoreTerm) -> impl Future<Output = anyhow::Result<bool>> + Send;
+}
+
+/// A job's set or hash that a term write's bookkeeping changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Collection {
+    /// The open-runs index.
+    Open,
+    /// The run index.
+    Runs,
+    /// Operators' requests, period → request.
+    Requests,
+}
+
+impl Collection {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Collection::Open => "open",
+            Collection::Runs => "runs",
+            Collection::Requests => "requests",
+        }
+    }
+}

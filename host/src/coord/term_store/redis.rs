@@ -1,0 +1,150 @@
+//! The Redis store behind [`TermStore`]: the host's own scripts ([`crate::coord::lease`], the
+//! fenced write).
+
+use redis::AsyncCommands;
+use redis::aio::MultiplexedConnection;
+
+use super::{Campaign, Collection, StoreTerm, TermStore, Written, Wrote};
+use crate::coord::checks::FenceError;
+use crate::coord::fence::{TermWrite, unchecked};
+use crate::coord::lease::{self, Acquired};
+use crate::coord::terms::TermEnd;
+use crate::store::keys::JobKeys;
+use std::time::Duration;
+
+/// Terms on one Redis node, through the host's own scripts (over a plain connection, not the
+/// host's [`crate::store::Conn`]: no Cluster or Sentinel here yet).
+#[derive(Clone)]
+pub struct RedisTerms {
+    conn: MultiplexedConnection,
+}
+
+impl RedisTerms {
+    /// Terms on the Redis `conn` speaks to.
+    pub fn new(conn: MultiplexedConnection) -> Self {
+        RedisTerms { conn }
+    }
+}
+
+impl TermStore for RedisTerms {
+    async fn campaign(&self, job: &str, owner: &str, ttl: Duration) -> anyhow::Result<Campaign> {
+        let keys = JobKeys::new(job);
+        Ok(
+            match lease::acquire(&mut self.conn.clone(), &keys, owner, ttl).await? {
+                Acquired::Granted { token } => Campaign::Won(StoreTerm {
+                    job: job.to_string(),
+                    owner: owner.to_string(),
+                    token,
+                    ttl,
+                    lease: None,
+                }),
+                Acquired::Held { holder, .. } => Campaign::Held { owner: holder },
+            },
+        )
+    }
+
+    async fn renew(&self, term: &StoreTerm) -> anyhow::Result<bool> {
+        let keys = JobKeys::new(&term.job);
+        Ok(lease::renew(&mut self.conn.clone(), &keys, &term.owner, term.ttl).await?)
+    }
+
+    async fn renew_all(&self, terms: &[StoreTerm]) -> anyhow::Result<Vec<bool>> {
+        // One renewal script each, pipelined on the one connection (the host's heartbeat sends
+        // them in its batch: one round trip per Redis node).
+        let renewals = terms.iter().map(|t| self.renew(t));
+        futures_util::future::join_all(renewals)
+            .await
+            .into_iter()
+            .collect()
+    }
+
+    async fn write(&self, term: &StoreTerm, key: &str, value: &[u8]) -> anyhow::Result<Written> {
+        let keys = JobKeys::new(&term.job);
+        let sets = [(keys.data(key), value)];
+        match unchecked::write(
+            &mut self.conn.clone(),
+            &keys,
+            &term.owner,
+            term.token,
+            &sets,
+        )
+        .await
+        {
+            Ok(()) => Ok(Written::Applied),
+            Err(FenceError::Refused(_)) => Ok(Written::Refused),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn write_all(&self, term: &StoreTerm, write: &TermWrite<'_>) -> anyhow::Result<Wrote> {
+        let keys = JobKeys::new(&term.job);
+        let owner = (term.owner.as_str(), term.token);
+        match unchecked::invoke(&mut self.conn.clone(), &keys, owner, write).await {
+            Ok(w) => Ok(Wrote::Applied(w)),
+            Err(FenceError::Refused(_)) => Ok(Wrote::Refused),
+            Err(FenceError::Quota(q)) => Ok(Wrote::Quota(q.keys, q.bytes)),
+            Err(FenceError::Redis(e)) => Err(e.into()),
+        }
+    }
+
+    async fn read_key(&self, job: &str, rest: &str) -> anyhow::Result<Option<Vec<u8>>> {
+        Ok(self.conn.clone().get(JobKeys::new(job).of(rest)).await?)
+    }
+
+    async fn members(
+        &self,
+        job: &str,
+        collection: Collection,
+    ) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
+        let keys = JobKeys::new(job);
+        let mut conn = self.conn.clone();
+        let mut out: Vec<(String, Vec<u8>)> = match collection {
+            Collection::Open => {
+                let m: Vec<String> = conn.smembers(keys.open_runs()).await?;
+                m.into_iter().map(|p| (p, Vec::new())).collect()
+            }
+            Collection::Runs => {
+                let m: Vec<String> = conn.zrange(keys.runs(), 0, -1).await?;
+                m.into_iter().map(|p| (p, Vec::new())).collect()
+            }
+            Collection::Requests => {
+                let m: std::collections::BTreeMap<String, Vec<u8>> =
+                    conn.hgetall(keys.requests()).await?;
+                m.into_iter().collect()
+            }
+        };
+        out.sort();
+        Ok(out)
+    }
+
+    async fn request(&self, job: &str, period: &str, value: &str) -> anyhow::Result<()> {
+        let keys = JobKeys::new(job);
+        let _: () = self
+            .conn
+            .clone()
+            .hset(keys.requests(), period, value)
+            .await?;
+        Ok(())
+    }
+
+    async fn read(&self, job: &str, key: &str) -> anyhow::Result<Option<Vec<u8>>> {
+        let keys = JobKeys::new(job);
+        Ok(self.conn.clone().get(keys.data(key)).await?)
+    }
+
+    async fn holder(&self, job: &str) -> anyhow::Result<Option<String>> {
+        let keys = JobKeys::new(job);
+        Ok(self.conn.clone().get(keys.lease()).await?)
+    }
+
+    async fn resign(&self, term: &StoreTerm) -> anyhow::Result<bool> {
+        let keys = JobKeys::new(&term.job);
+        Ok(lease::release(
+            &mut self.conn.clone(),
+            &keys,
+            &term.owner,
+            TermEnd::Released,
+        )
+        .await?)
+    }
+}

@@ -1,0 +1,283 @@
+//! A job's term on etcd: campaign, renewal (every term of a client at once), resignation, and
+//! the one lease a client's terms share ([`super`]'s module doc states the guarantees).
+
+use std::time::{Duration, Instant};
+
+use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
+
+use super::{
+    Campaign, EtcdResult, EtcdTerm, EtcdTerms, Fenced, bounded, data_key, holder_of, lease_key,
+    ttl_seconds,
+};
+
+/// A client's lease for its terms.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct HostLease {
+    id: i64,
+    /// The TTL etcd granted.
+    ttl: Duration,
+    /// Until when it is alive for sure: its last grant's or keep-alive's send time plus its TTL.
+    until: Instant,
+}
+
+/// Whether etcd answered that a lease does not exist (it lapsed, or was revoked).
+fn lease_not_found(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(s) if s.code() == tonic::Code::NotFound)
+}
+
+impl EtcdTerms {
+    /// Campaigns for `job` as `owner`: a new term when the job is free, else who holds it. A
+    /// won term's key is attached to this client's lease (one for all its terms, granted with
+    /// `ttl` at its first campaign, as etcd grants it: whole seconds, never under its own floor;
+    /// every campaign of one client asks for the same `ttl`). A campaign that did not hear
+    /// whether it won releases the key if it is `owner`'s (in the background), so that a key
+    /// created by an answer that was lost is not kept alive by the client's renewals.
+    pub async fn campaign(&self, job: &str, owner: &str, ttl: Duration) -> EtcdResult<Campaign> {
+        let key = lease_key(job)?;
+        let mut retried = false;
+        loop {
+            let (lease, granted_ttl) = self.host_lease(ttl).await?;
+            match self
+                .campaign_with(job, &key, owner, lease, granted_ttl)
+                .await
+            {
+                // The client's lease lapsed since it was last renewed (a host that followed
+                // every job renews none): the next try grants a new one.
+                Err(e) if !retried && lease_not_found(&e) => {
+                    self.forget_host_lease(lease);
+                    retried = true;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn campaign_with(
+        &self,
+        job: &str,
+        key: &str,
+        owner: &str,
+        lease: i64,
+        granted_ttl: Duration,
+    ) -> EtcdResult<Campaign> {
+        let key = key.to_string();
+        let mut c = self.client.clone();
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key.clone(),
+                owner,
+                Some(PutOptions::new().with_lease(lease)),
+            )])
+            .or_else([TxnOp::get(key, None)]);
+        let reply = match bounded(self.timeout, c.txn(txn)).await {
+            Ok(r) => r,
+            Err(e) if lease_not_found(&e) => return Err(e),
+            Err(e) => {
+                let (me, job, owner) = (self.clone(), job.to_string(), owner.to_string());
+                tokio::spawn(async move {
+                    let _ = me.release_owner(&job, &owner).await;
+                });
+                return Err(e);
+            }
+        };
+        if reply.succeeded() {
+            // The key was created by this transaction (its one write): its create revision is
+            // the transaction's revision.
+            let token = reply.header().map_or(0, |h| h.revision());
+            if token <= 0 {
+                return Err(etcd_client::Error::InvalidArgs(
+                    "etcd answered a campaign without its revision".into(),
+                ));
+            }
+            return Ok(Campaign::Won(EtcdTerm {
+                job: job.to_string(),
+                owner: owner.to_string(),
+                token,
+                lease,
+                ttl: granted_ttl,
+            }));
+        }
+        // The compare failed because the key existed, and the `get` ran in the same
+        // transaction: it found the key.
+        let (owner, token) = holder_of(reply.op_responses()).unwrap_or_default();
+        Ok(Campaign::Held { owner, token })
+    }
+
+    /// Renews `term`'s lease once: whether the term still holds the job.
+    pub async fn renew(&self, term: &EtcdTerm) -> EtcdResult<bool> {
+        Ok(self
+            .renew_all(std::slice::from_ref(term))
+            .await?
+            .first()
+            .copied()
+            .unwrap_or(false))
+    }
+
+    /// Renews every term of `terms` at once: one keep-alive of their lease (this client's one
+    /// lease, whatever the number of terms) and one read of their keys; for each term, whether
+    /// it still holds its job (its key there with its create revision). A lease that lapsed is
+    /// gone for good, and with it every term on it; the client grants a new one at its next
+    /// campaign.
+    pub async fn renew_all(&self, terms: &[EtcdTerm]) -> EtcdResult<Vec<bool>> {
+        let mut c = self.client.clone();
+        let mut alive: Vec<(i64, bool)> = Vec::new();
+        for t in terms {
+            if alive.iter().any(|(l, _)| *l == t.lease) {
+                continue;
+            }
+            let sent = Instant::now();
+            // The client sends one keep-alive as it opens the stream and reads its answer: a
+            // lease etcd no longer has is answered with a TTL of 0, which it reports as
+            // `LeaseKeepAliveError` (as it does a stream it could not feed: either way the terms
+            // cannot count on their lease).
+            let ok = match bounded(self.timeout, c.lease_keep_alive(t.lease)).await {
+                Ok(_) => true,
+                Err(etcd_client::Error::LeaseKeepAliveError(_)) => false,
+                Err(e) => return Err(e),
+            };
+            if !ok {
+                self.forget_host_lease(t.lease);
+            } else {
+                self.note_renewed(t.lease, sent);
+            }
+            alive.push((t.lease, ok));
+        }
+        let gets: Vec<TxnOp> = terms
+            .iter()
+            .map(|t| Ok(TxnOp::get(lease_key(&t.job)?, None)))
+            .collect::<EtcdResult<_>>()?;
+        let got = bounded(self.timeout, c.txn(Txn::new().and_then(gets))).await?;
+        Ok(terms
+            .iter()
+            .zip(got.op_responses())
+            .map(|(t, r)| {
+                let lease_ok = alive.iter().any(|(l, ok)| *l == t.lease && *ok);
+                let held = matches!(&r, TxnOpResponse::Get(g)
+                    if g.kvs().first().is_some_and(|kv| kv.create_revision() == t.token && kv.lease() == t.lease));
+                lease_ok && held
+            })
+            .collect())
+    }
+
+    /// This client's lease for its terms, granted with `ttl` when it has none (or its last one
+    /// lapsed, or may have: not renewed within its TTL); its id and the TTL etcd granted.
+    async fn host_lease(&self, ttl: Duration) -> EtcdResult<(i64, Duration)> {
+        if let Some(h) = *self.host.lock().expect("host lease")
+            && Instant::now() < h.until
+        {
+            return Ok((h.id, h.ttl));
+        }
+        let sent = Instant::now();
+        let mut c = self.client.clone();
+        let granted = bounded(self.timeout, c.lease_grant(ttl_seconds(ttl), None)).await?;
+        let lease = HostLease {
+            id: granted.id(),
+            ttl: Duration::from_secs(granted.ttl().max(1) as u64),
+            until: sent + Duration::from_secs(granted.ttl().max(1) as u64),
+        };
+        let mut host = self.host.lock().expect("host lease");
+        // Two campaigns at once may both have granted one: the first kept is used, the other
+        // lapses unused.
+        let h = match *host {
+            Some(h) if Instant::now() < h.until => h,
+            _ => *host.insert(lease),
+        };
+        Ok((h.id, h.ttl))
+    }
+
+    /// The lease `id` lapsed: the next campaign grants another.
+    fn forget_host_lease(&self, id: i64) {
+        let mut host = self.host.lock().expect("host lease");
+        if host.is_some_and(|h| h.id == id) {
+            *host = None;
+        }
+    }
+
+    /// The lease `id` was renewed by a keep-alive sent at `sent`.
+    fn note_renewed(&self, id: i64, sent: Instant) {
+        if let Some(h) = self.host.lock().expect("host lease").as_mut()
+            && h.id == id
+        {
+            h.until = sent + h.ttl;
+        }
+    }
+
+    /// Releases `job`'s key if `owner` holds it (a campaign whose answer was lost).
+    async fn release_owner(&self, job: &str, owner: &str) -> EtcdResult<bool> {
+        let key = lease_key(job)?;
+        let mut c = self.client.clone();
+        let txn = Txn::new()
+            .when([Compare::value(key.clone(), CompareOp::Equal, owner)])
+            .and_then([TxnOp::delete(key, None)]);
+        Ok(bounded(self.timeout, c.txn(txn)).await?.succeeded())
+    }
+
+    /// Writes `value` under the job's `key`, fenced: applied only while `term` holds the job.
+    pub async fn write(&self, term: &EtcdTerm, key: &str, value: &[u8]) -> EtcdResult<Fenced> {
+        if term.token <= 0 {
+            // No term has token 0: compared with a key that does not exist, it would match.
+            return Ok(Fenced::Refused { holder: None });
+        }
+        let mut c = self.client.clone();
+        let lease = lease_key(&term.job)?;
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                lease.clone(),
+                CompareOp::Equal,
+                term.token,
+            )])
+            .and_then([TxnOp::put(data_key(&term.job, key)?, value, None)])
+            .or_else([TxnOp::get(lease, None)]);
+        let reply = bounded(self.timeout, c.txn(txn)).await?;
+        if reply.succeeded() {
+            return Ok(Fenced::Applied {
+                revision: reply.header().map_or(0, |h| h.revision()),
+            });
+        }
+        Ok(Fenced::Refused {
+            holder: holder_of(reply.op_responses()),
+        })
+    }
+
+    /// The job's `key`, as the cluster's leader has it.
+    pub async fn read(&self, job: &str, key: &str) -> EtcdResult<Option<Vec<u8>>> {
+        let mut c = self.client.clone();
+        let got = bounded(self.timeout, c.get(data_key(job, key)?, None)).await?;
+        Ok(got.kvs().first().map(|kv| kv.value().to_vec()))
+    }
+
+    /// Who holds `job` now (owner and token), if anyone.
+    pub async fn holder(&self, job: &str) -> EtcdResult<Option<(String, i64)>> {
+        let mut c = self.client.clone();
+        let got = bounded(
+            self.timeout,
+            c.get(lease_key(job)?, Some(GetOptions::new())),
+        )
+        .await?;
+        Ok(got.kvs().first().map(|kv| {
+            (
+                String::from_utf8_lossy(kv.value()).into_owned(),
+                kv.create_revision(),
+            )
+        }))
+    }
+
+    /// Ends `term`: its key deleted only if it is still the term's (the client's lease goes on,
+    /// for its other terms). Whether the key was the term's.
+    pub async fn resign(&self, term: &EtcdTerm) -> EtcdResult<bool> {
+        if term.token <= 0 {
+            return Ok(false);
+        }
+        let mut c = self.client.clone();
+        let key = lease_key(&term.job)?;
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                key.clone(),
+                CompareOp::Equal,
+                term.token,
+            )])
+            .and_then([TxnOp::delete(key, None)]);
+        Ok(bounded(self.timeout, c.txn(txn)).await?.succeeded())
+    }
+}
