@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use leasehold::coord::fence::{Bookkeeping, TermWrite, Written as Applied};
+use leasehold::coord::members::{MemberInfo, Members};
 use leasehold::coord::quota::Quota;
 use leasehold::coord::term_store::{
     Campaign, Collection, RedisTerms, StoreTerm, TermStore, Written, Wrote,
@@ -381,6 +382,42 @@ async fn many_terms_renewed_together<S: TermStore>(a: &S, b: &S) {
     );
 }
 
+/// Members registered by two hosts see each other; one that leaves, or stops registering for
+/// longer than its TTL (a crash), drops out of the other's view.
+async fn membership<S: TermStore>(a: &S, b: &S) {
+    let ttl = Duration::from_secs(1);
+    let capacities = |m: &Members| -> Vec<(String, u32)> {
+        m.iter().map(|(n, i)| (n.clone(), i.capacity)).collect()
+    };
+    let mut info = MemberInfo::with_capacity(2);
+    info.version = "test".into();
+    let seen = answered("a's registration", || a.register("node-a", &info, ttl)).await;
+    assert_eq!(capacities(&seen), vec![("node-a".into(), 2)]);
+    assert_eq!(seen["node-a"].version, "test");
+    let info_b = MemberInfo::with_capacity(3);
+    let seen = answered("b's registration", || b.register("node-b", &info_b, ttl)).await;
+    assert_eq!(
+        capacities(&seen),
+        vec![("node-a".into(), 2), ("node-b".into(), 3)]
+    );
+    answered("a leaving", || a.deregister("node-a")).await;
+    let seen = answered("b's registration", || b.register("node-b", &info_b, ttl)).await;
+    assert_eq!(capacities(&seen), vec![("node-b".into(), 3)]);
+    // Back, then silent: gone from b's view once its TTL has passed (b keeps registering).
+    answered("a's registration", || a.register("node-a", &info, ttl)).await;
+    poll_until(
+        "node-a to drop out of node-b's view",
+        Duration::from_secs(20),
+        Duration::from_millis(250),
+        || async {
+            let seen = b.register("node-b", &info_b, ttl).await.ok()?;
+            (!seen.contains_key("node-a") && seen.contains_key("node-b")).then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
 async fn redis_pair(redis: &RedisServer) -> (RedisTerms, RedisTerms) {
     (
         RedisTerms::new(redis.conn().await),
@@ -492,6 +529,26 @@ async fn etcd_renews_a_hosts_terms_together_each_for_itself() {
         let cluster = EtcdCluster::start(3).await;
         let (a, b) = etcd_pair(&cluster).await;
         Box::pin(many_terms_renewed_together(&a, &b)).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn redis_keeps_the_members_that_register_and_drops_those_that_stop() {
+    deadline(Duration::from_secs(60), async {
+        let redis = RedisServer::start().await;
+        let (a, b) = redis_pair(&redis).await;
+        Box::pin(membership(&a, &b)).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn etcd_keeps_the_members_that_register_and_drops_those_that_stop() {
+    deadline(Duration::from_secs(120), async {
+        let cluster = EtcdCluster::start(3).await;
+        let (a, b) = etcd_pair(&cluster).await;
+        Box::pin(membership(&a, &b)).await;
     })
     .await;
 }

@@ -186,16 +186,24 @@ pub(crate) fn register_into(
 /// The live members from a registration's reply.
 pub(crate) fn registered(reply: redis::RedisResult<redis::Value>) -> redis::RedisResult<Members> {
     let flat: Vec<String> = redis::from_redis_value(reply?)?;
-    Ok(flat
-        .chunks(2)
-        .filter_map(|pair| match pair {
-            [node, info] => Some((
-                node.clone(),
-                serde_json::from_str(info).unwrap_or(MemberInfo::with_capacity(1)),
-            )),
-            _ => None,
+    Ok(described(flat.chunks(2).filter_map(|pair| match pair {
+        [node, info] => Some((node.clone(), info.as_bytes())),
+        _ => None,
+    })))
+}
+
+/// The members from `(node, description)` pairs, as any store keeps them: a description that
+/// does not parse is read as capacity 1.
+pub(crate) fn described<'a>(pairs: impl IntoIterator<Item = (String, &'a [u8])>) -> Members {
+    pairs
+        .into_iter()
+        .map(|(node, info)| {
+            (
+                node,
+                serde_json::from_slice(info).unwrap_or(MemberInfo::with_capacity(1)),
+            )
         })
-        .collect())
+        .collect()
 }
 
 /// Removes `node` from the registry (at shutdown, after its leases are released).

@@ -3,6 +3,7 @@
 
 use super::{Campaign, Collection, StoreTerm, TermStore, Written, Wrote};
 use crate::coord::fence::{TermWrite, Written as TermWritten};
+use crate::coord::members::{self, MemberInfo, Members};
 use crate::store::etcd::{self, EtcdTerms};
 use crate::store::keys::JobKeys;
 use std::time::Duration;
@@ -45,6 +46,29 @@ impl TermStore for EtcdTerms {
     async fn renew_all(&self, terms: &[StoreTerm]) -> anyhow::Result<Vec<bool>> {
         let terms: Vec<etcd::EtcdTerm> = terms.iter().map(to_etcd).collect::<Result<_, _>>()?;
         Ok(EtcdTerms::renew_all(self, &terms).await?)
+    }
+
+    async fn register(
+        &self,
+        node: &str,
+        info: &MemberInfo,
+        ttl: Duration,
+    ) -> anyhow::Result<Members> {
+        let json = serde_json::to_vec(info)?;
+        let registration = etcd::Registration {
+            node,
+            info: &json,
+            ttl,
+        };
+        let beaten = EtcdTerms::beat(self, Some(registration), &[]).await?;
+        let found = beaten.members.unwrap_or_default();
+        Ok(members::described(
+            found.iter().map(|(n, i)| (n.clone(), i.as_slice())),
+        ))
+    }
+
+    async fn deregister(&self, node: &str) -> anyhow::Result<()> {
+        Ok(EtcdTerms::deregister(self, node).await?)
     }
 
     async fn write(&self, term: &StoreTerm, key: &str, value: &[u8]) -> anyhow::Result<Written> {

@@ -30,6 +30,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::coord::fence::{TermWrite, Written as TermWritten};
+use crate::coord::members::{MemberInfo, Members};
 
 mod etcd;
 mod redis;
@@ -103,6 +104,18 @@ pub trait TermStore {
         &self,
         terms: &[StoreTerm],
     ) -> impl Future<Output = anyhow::Result<Vec<bool>>> + Send;
+
+    /// Registers `node` with `info` in the membership for `ttl` (renewed by registering again,
+    /// gone once not renewed for `ttl`): the live members, this one included.
+    fn register(
+        &self,
+        node: &str,
+        info: &MemberInfo,
+        ttl: Duration,
+    ) -> impl Future<Output = anyhow::Result<Members>> + Send;
+
+    /// Takes `node` out of the membership.
+    fn deregister(&self, node: &str) -> impl Future<Output = anyhow::Result<()>> + Send;
 
     /// Writes `value` under the job's `key`, fenced by `term`.
     fn write(

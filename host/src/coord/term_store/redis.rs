@@ -8,6 +8,7 @@ use super::{Campaign, Collection, StoreTerm, TermStore, Written, Wrote};
 use crate::coord::checks::FenceError;
 use crate::coord::fence::{TermWrite, unchecked};
 use crate::coord::lease::{self, Acquired};
+use crate::coord::members::{self, MemberInfo, Members};
 use crate::coord::terms::TermEnd;
 use crate::store::keys::JobKeys;
 use std::time::Duration;
@@ -56,6 +57,19 @@ impl TermStore for RedisTerms {
             .await
             .into_iter()
             .collect()
+    }
+
+    async fn register(
+        &self,
+        node: &str,
+        info: &MemberInfo,
+        ttl: Duration,
+    ) -> anyhow::Result<Members> {
+        Ok(members::register(&mut self.conn.clone(), node, info, ttl).await?)
+    }
+
+    async fn deregister(&self, node: &str) -> anyhow::Result<()> {
+        Ok(members::deregister(&mut self.conn.clone(), node).await?)
     }
 
     async fn write(&self, term: &StoreTerm, key: &str, value: &[u8]) -> anyhow::Result<Written> {

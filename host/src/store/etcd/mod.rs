@@ -43,10 +43,12 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Client, ConnectOptions, TxnOpResponse};
 
+mod beat;
 mod fenced;
 mod reads;
 mod terms;
 
+pub use beat::{Beaten, Registration};
 pub use fenced::{EtcdWrite, WriteOutcome};
 
 /// etcd's own limit on a transaction's operations when it is not configured (`--max-txn-ops`).

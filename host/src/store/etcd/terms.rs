@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 
 use super::{
     Campaign, EtcdResult, EtcdTerm, EtcdTerms, Fenced, bounded, data_key, holder_of, lease_key,
@@ -114,55 +114,15 @@ impl EtcdTerms {
             .unwrap_or(false))
     }
 
-    /// Renews every term of `terms` at once: one keep-alive of their lease (this client's one
-    /// lease, whatever the number of terms) and one read of their keys; for each term, whether
-    /// it still holds its job (its key there with its create revision). A lease that lapsed is
-    /// gone for good, and with it every term on it; the client grants a new one at its next
-    /// campaign.
+    /// Renews every term of `terms` at once: for each, whether it still holds its job (one
+    /// [`EtcdTerms::beat`] without a registration).
     pub async fn renew_all(&self, terms: &[EtcdTerm]) -> EtcdResult<Vec<bool>> {
-        let mut c = self.client.clone();
-        let mut alive: Vec<(i64, bool)> = Vec::new();
-        for t in terms {
-            if alive.iter().any(|(l, _)| *l == t.lease) {
-                continue;
-            }
-            let sent = Instant::now();
-            // The client sends one keep-alive as it opens the stream and reads its answer: a
-            // lease etcd no longer has is answered with a TTL of 0, which it reports as
-            // `LeaseKeepAliveError` (as it does a stream it could not feed: either way the terms
-            // cannot count on their lease).
-            let ok = match bounded(self.timeout, c.lease_keep_alive(t.lease)).await {
-                Ok(_) => true,
-                Err(etcd_client::Error::LeaseKeepAliveError(_)) => false,
-                Err(e) => return Err(e),
-            };
-            if !ok {
-                self.forget_host_lease(t.lease);
-            } else {
-                self.note_renewed(t.lease, sent);
-            }
-            alive.push((t.lease, ok));
-        }
-        let gets: Vec<TxnOp> = terms
-            .iter()
-            .map(|t| Ok(TxnOp::get(lease_key(&t.job)?, None)))
-            .collect::<EtcdResult<_>>()?;
-        let got = bounded(self.timeout, c.txn(Txn::new().and_then(gets))).await?;
-        Ok(terms
-            .iter()
-            .zip(got.op_responses())
-            .map(|(t, r)| {
-                let lease_ok = alive.iter().any(|(l, ok)| *l == t.lease && *ok);
-                let held = matches!(&r, TxnOpResponse::Get(g)
-                    if g.kvs().first().is_some_and(|kv| kv.create_revision() == t.token && kv.lease() == t.lease));
-                lease_ok && held
-            })
-            .collect())
+        Ok(self.beat(None, terms).await?.held)
     }
 
     /// This client's lease for its terms, granted with `ttl` when it has none (or its last one
     /// lapsed, or may have: not renewed within its TTL); its id and the TTL etcd granted.
-    async fn host_lease(&self, ttl: Duration) -> EtcdResult<(i64, Duration)> {
+    pub(super) async fn host_lease(&self, ttl: Duration) -> EtcdResult<(i64, Duration)> {
         if let Some(h) = *self.host.lock().expect("host lease")
             && Instant::now() < h.until
         {
@@ -187,7 +147,7 @@ impl EtcdTerms {
     }
 
     /// The lease `id` lapsed: the next campaign grants another.
-    fn forget_host_lease(&self, id: i64) {
+    pub(super) fn forget_host_lease(&self, id: i64) {
         let mut host = self.host.lock().expect("host lease");
         if host.is_some_and(|h| h.id == id) {
             *host = None;
@@ -195,7 +155,7 @@ impl EtcdTerms {
     }
 
     /// The lease `id` was renewed by a keep-alive sent at `sent`.
-    fn note_renewed(&self, id: i64, sent: Instant) {
+    pub(super) fn note_renewed(&self, id: i64, sent: Instant) {
         if let Some(h) = self.host.lock().expect("host lease").as_mut()
             && h.id == id
         {

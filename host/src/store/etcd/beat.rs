@@ -1,0 +1,149 @@
+//! A host's heartbeat on etcd: its membership and every term it leads, kept alive together in
+//! two requests whatever their number (`docs/store-contract.md`, sections 1 and 4).
+//!
+//! A member is the key `lh/{members}/<node>` holding its description, attached to the host's
+//! lease (the one its terms share): it is there while the host beats, and goes with the lease
+//! when the host stops beating (a crash, a pause, a cut) — no sweep of the dead, as the Redis
+//! store's registration does by its members' expiries. (`{` cannot be in a job name, so no job's
+//! keys fall under `lh/{members}/`.) A beat is one keep-alive of each lease in use (one, as a
+//! rule) and one transaction that writes the member's description and reads the live members
+//! and every term's key. A member that leaves deletes its key ([`EtcdTerms::deregister`]).
+
+use std::time::{Duration, Instant};
+
+use etcd_client::{GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
+
+use super::{EtcdResult, EtcdTerm, EtcdTerms, bounded, lease_key};
+
+/// Where the members are.
+const MEMBERS: &str = "lh/{members}/";
+
+/// What a beat found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Beaten {
+    /// The live members and their descriptions, by node (when the beat registered one).
+    pub members: Option<Vec<(String, Vec<u8>)>>,
+    /// For each term beaten, whether it still holds its job.
+    pub held: Vec<bool>,
+}
+
+/// A member's registration: its node id and description, and the TTL of the host's lease
+/// should one have to be granted.
+#[derive(Clone, Copy, Debug)]
+pub struct Registration<'a> {
+    /// The node id (1–64 of `A-Z a-z 0-9 . _ -`).
+    pub node: &'a str,
+    /// Its description.
+    pub info: &'a [u8],
+    /// The lease's TTL.
+    pub ttl: Duration,
+}
+
+fn member_key(node: &str) -> EtcdResult<String> {
+    if node.is_empty() || node.contains('/') {
+        return Err(etcd_client::Error::InvalidArgs(format!(
+            "node id {node:?}: empty or with a '/'"
+        )));
+    }
+    Ok(format!("{MEMBERS}{node}"))
+}
+
+impl EtcdTerms {
+    /// One heartbeat: registers `member` (if given) and renews every term of `terms`; the live
+    /// members and, for each term, whether it still holds its job (its key there with its
+    /// create revision, on a lease that was kept alive). A lease that lapsed is gone for good,
+    /// and with it every term and the registration on it; the client grants a new one for the
+    /// registration at once, and for terms at its next campaign.
+    pub async fn beat(
+        &self,
+        member: Option<Registration<'_>>,
+        terms: &[EtcdTerm],
+    ) -> EtcdResult<Beaten> {
+        let mut c = self.client.clone();
+        let mut leases: Vec<i64> = terms.iter().map(|t| t.lease).collect();
+        let mut host = None;
+        if let Some(m) = member {
+            let (id, _) = self.host_lease(m.ttl).await?;
+            leases.push(id);
+            host = Some(id);
+        }
+        leases.sort_unstable();
+        leases.dedup();
+        let mut alive: Vec<i64> = Vec::new();
+        for lease in leases {
+            let sent = Instant::now();
+            // The client sends one keep-alive as it opens the stream and reads its answer: a
+            // lease etcd no longer has is answered with a TTL of 0, which it reports as
+            // `LeaseKeepAliveError` (as it does a stream it could not feed: either way what is on
+            // the lease cannot count on it).
+            match bounded(self.timeout, c.lease_keep_alive(lease)).await {
+                Ok(_) => {
+                    self.note_renewed(lease, sent);
+                    alive.push(lease);
+                }
+                Err(etcd_client::Error::LeaseKeepAliveError(_)) => self.forget_host_lease(lease),
+                Err(e) => return Err(e),
+            }
+        }
+        let mut ops: Vec<TxnOp> = Vec::new();
+        if let Some(m) = member {
+            let lease = match host {
+                Some(id) if alive.contains(&id) => id,
+                // The host's lease lapsed: the registration goes on a new one.
+                _ => self.host_lease(m.ttl).await?.0,
+            };
+            ops.push(TxnOp::put(
+                member_key(m.node)?,
+                m.info,
+                Some(PutOptions::new().with_lease(lease)),
+            ));
+            ops.push(TxnOp::get(MEMBERS, Some(GetOptions::new().with_prefix())));
+        }
+        for t in terms {
+            ops.push(TxnOp::get(lease_key(&t.job)?, None));
+        }
+        if ops.is_empty() {
+            return Ok(Beaten::default());
+        }
+        let got = bounded(self.timeout, c.txn(Txn::new().and_then(ops))).await?;
+        let mut replies = got.op_responses().into_iter();
+        let members = match member {
+            Some(_) => {
+                replies.next();
+                match replies.next() {
+                    Some(TxnOpResponse::Get(g)) => Some(
+                        g.kvs()
+                            .iter()
+                            .map(|kv| {
+                                (
+                                    String::from_utf8_lossy(&kv.key()[MEMBERS.len()..])
+                                        .into_owned(),
+                                    kv.value().to_vec(),
+                                )
+                            })
+                            .collect(),
+                    ),
+                    _ => Some(Vec::new()),
+                }
+            }
+            None => None,
+        };
+        let held = terms
+            .iter()
+            .zip(replies)
+            .map(|(t, r)| {
+                alive.contains(&t.lease)
+                    && matches!(&r, TxnOpResponse::Get(g)
+                        if g.kvs().first().is_some_and(|kv| kv.create_revision() == t.token && kv.lease() == t.lease))
+            })
+            .collect();
+        Ok(Beaten { members, held })
+    }
+
+    /// Takes `node` out of the membership (at shutdown, after its terms are released).
+    pub async fn deregister(&self, node: &str) -> EtcdResult<()> {
+        let mut c = self.client.clone();
+        bounded(self.timeout, c.delete(member_key(node)?, None)).await?;
+        Ok(())
+    }
+}
