@@ -5,8 +5,8 @@
 //! cargo bench --bench leasehold -- --only failover   # one section (failover, handover,
 //!                                                    # write, batch, guest, recon, scale,
 //!                                                    # fast, scale10k, cluster, tasks,
-//!                                                    # fanout, cold, python, sql, http,
-//!                                                    # console)
+//!                                                    # fanout, cold, python, sql, stores,
+//!                                                    # http, console)
 //! cargo bench --bench leasehold -- --trials 5 --rows 200000 --jobs 300 --quiet-secs 60
 //! ```
 //!
@@ -39,6 +39,8 @@ mod outbound;
 mod scale;
 #[path = "leasehold/sql.rs"]
 mod sql;
+#[path = "leasehold/stores.rs"]
+mod stores;
 
 /// The `leasehold` binary built with this benchmark (the release profile under `cargo bench`).
 const LEASEHOLD: &str = env!("CARGO_BIN_EXE_leasehold");
@@ -1010,8 +1012,8 @@ async fn main() {
     let o = options();
     leasehold::store::install_tls_provider();
     let want = |name: &str| o.only.as_deref().is_none_or(|only| only == name);
-    // The sql rows need no guest: `--only sql` builds none.
-    let guests = if o.only.as_deref() == Some("sql") {
+    // The sql and stores rows need no guest: `--only sql` or `--only stores` builds none.
+    let guests = if matches!(o.only.as_deref(), Some("sql" | "stores")) {
         PathBuf::new()
     } else {
         guests()
@@ -1063,6 +1065,9 @@ async fn main() {
     }
     if want("sql") {
         sql::sql(&mut rows).await;
+    }
+    if want("stores") {
+        stores::stores(&mut rows).await;
     }
     if want("http") {
         outbound::outbound(&guests, &mut rows).await;

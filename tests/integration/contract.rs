@@ -418,11 +418,55 @@ async fn membership<S: TermStore>(a: &S, b: &S) {
     .unwrap_or_else(|e| panic!("{e}"));
 }
 
+/// A waiting follower is woken when the job falls free: at once for one never held, when its
+/// holder resigns (within a limit far shorter than the holder's TTL: the release woke it, not
+/// the lease's expiry), and when a term not renewed lapses; a job held throughout the limit
+/// answers false. `a`, `b` and `c` are three hosts' clients.
+async fn vacancies<S: TermStore>(a: &S, b: &S, c: &S) {
+    assert!(
+        answered("a wait for a job never held", || b
+            .await_vacancy("idle", Duration::from_secs(5)))
+        .await
+    );
+    let long = Duration::from_secs(60);
+    let ta = won(a, "billing", "a", long).await;
+    assert!(
+        !answered("a wait for a held job", || b
+            .await_vacancy("billing", Duration::from_millis(500)))
+        .await,
+        "a job held throughout the wait answers false"
+    );
+    // The wait and the resignation concurrently: however they interleave, the wait ends
+    // within its limit (a tenth of the TTL) only because the job fell free.
+    let (woken, _) = tokio::join!(
+        answered("b's wait", || b
+            .await_vacancy("billing", Duration::from_secs(6))),
+        answered("a's resignation", || a.resign(&ta))
+    );
+    assert!(woken, "b is woken by a's resignation, not by the TTL");
+    let tb = won(b, "billing", "b", Duration::from_secs(60)).await;
+    assert!(tb.token > ta.token);
+    // A term never renewed: its lapse wakes the follower.
+    let tc = won(c, "settlement", "c", Duration::from_secs(1)).await;
+    assert!(
+        answered("a wait for a term that lapses", || b
+            .await_vacancy("settlement", Duration::from_secs(30)))
+        .await,
+        "b is woken by c's lapse"
+    );
+    let tb2 = won(b, "settlement", "b", Duration::from_secs(60)).await;
+    assert!(tb2.token > tc.token);
+    assert!(!answered("c's late renewal", || c.renew(&tc)).await);
+}
+
+async fn redis_client(redis: &RedisServer) -> RedisTerms {
+    RedisTerms::connect(redis.client())
+        .await
+        .expect("a connection to Redis")
+}
+
 async fn redis_pair(redis: &RedisServer) -> (RedisTerms, RedisTerms) {
-    (
-        RedisTerms::new(redis.conn().await),
-        RedisTerms::new(redis.conn().await),
-    )
+    (redis_client(redis).await, redis_client(redis).await)
 }
 
 async fn etcd_pair(cluster: &EtcdCluster) -> (EtcdTerms, EtcdTerms) {
@@ -549,6 +593,28 @@ async fn etcd_keeps_the_members_that_register_and_drops_those_that_stop() {
         let cluster = EtcdCluster::start(3).await;
         let (a, b) = etcd_pair(&cluster).await;
         Box::pin(membership(&a, &b)).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn redis_wakes_a_follower_when_a_job_falls_free() {
+    deadline(Duration::from_secs(90), async {
+        let redis = RedisServer::start().await;
+        let (a, b) = redis_pair(&redis).await;
+        let c = redis_client(&redis).await;
+        Box::pin(vacancies(&a, &b, &c)).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn etcd_wakes_a_follower_when_a_job_falls_free() {
+    deadline(Duration::from_secs(150), async {
+        let cluster = EtcdCluster::start(3).await;
+        let (a, b) = etcd_pair(&cluster).await;
+        let (c, _) = etcd_pair(&cluster).await;
+        Box::pin(vacancies(&a, &b, &c)).await;
     })
     .await;
 }

@@ -162,4 +162,8 @@ impl TermStore for EtcdTerms {
     async fn resign(&self, term: &StoreTerm) -> anyhow::Result<bool> {
         Ok(EtcdTerms::resign(self, &to_etcd(term)?).await?)
     }
+
+    async fn await_vacancy(&self, job: &str, limit: Duration) -> anyhow::Result<bool> {
+        Ok(EtcdTerms::await_vacancy(self, job, limit).await?)
+    }
 }

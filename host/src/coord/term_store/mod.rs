@@ -1,7 +1,8 @@
 //! The seam between a term and its store (issue 30, its first cut): what a term asks of the
 //! store — campaign, renew, a fenced write, a whole term write (a guest's keys against its
 //! quota, `create`, deletes, a resend's answer, the run bookkeeping: [`TermStore::write_all`]),
-//! reads, resign — as one trait, [`TermStore`], with
+//! reads, resign, and a follower's wait for the job to fall free
+//! ([`TermStore::await_vacancy`]) — as one trait, [`TermStore`], with
 //! the Redis store (the scripts the host runs today: [`crate::coord::lease`] and the fenced
 //! write) and the etcd store ([`crate::store::etcd`]) behind it. The contract both must keep is
 //! tested against both by the same tests (`tests/integration/contract.rs`).
@@ -169,6 +170,17 @@ pub trait TermStore {
 
     /// Ends `term`: false when it no longer held the job.
     fn resign(&self, term: &StoreTerm) -> impl Future<Output = anyhow::Result<bool>> + Send;
+
+    /// Waits until `job` is free or `limit` has passed: true when no term held it at some
+    /// moment since the call (it may be held again by the time this returns: a campaign
+    /// decides), false when it was held throughout `limit`. A release or a lapse wakes it at
+    /// once, not at a poll: on Redis the release channel and the lease's own expiry, on etcd a
+    /// watch on the lease key ([`crate::store::etcd`]'s `vacancy`). A follower's wait.
+    fn await_vacancy(
+        &self,
+        job: &str,
+        limit: Duration,
+    ) -> impl Future<Output = anyhow::Result<bool>> + Send;
 }
 
 /// A job's set or hash that a term write's bookkeeping changes.

@@ -1,6 +1,7 @@
 //! The Redis store behind [`TermStore`]: the host's own scripts ([`crate::coord::lease`], the
 //! fenced write).
 
+use futures_util::StreamExt;
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 
@@ -11,19 +12,22 @@ use crate::coord::lease::{self, Acquired};
 use crate::coord::members::{self, MemberInfo, Members};
 use crate::coord::terms::TermEnd;
 use crate::store::keys::JobKeys;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Terms on one Redis node, through the host's own scripts (over a plain connection, not the
 /// host's [`crate::store::Conn`]: no Cluster or Sentinel here yet).
 #[derive(Clone)]
 pub struct RedisTerms {
     conn: MultiplexedConnection,
+    /// For the subscriptions of [`TermStore::await_vacancy`] (a connection of their own each).
+    client: redis::Client,
 }
 
 impl RedisTerms {
-    /// Terms on the Redis `conn` speaks to.
-    pub fn new(conn: MultiplexedConnection) -> Self {
-        RedisTerms { conn }
+    /// Terms on the Redis `client` names, over one multiplexed connection.
+    pub async fn connect(client: redis::Client) -> redis::RedisResult<Self> {
+        let conn = client.get_multiplexed_async_connection().await?;
+        Ok(RedisTerms { conn, client })
     }
 }
 
@@ -160,5 +164,38 @@ impl TermStore for RedisTerms {
             TermEnd::Released,
         )
         .await?)
+    }
+
+    async fn await_vacancy(&self, job: &str, limit: Duration) -> anyhow::Result<bool> {
+        // Subscribed before the lease is read: a release between the read and the wait is
+        // heard. A lapse publishes nothing; the lease's PTTL says when to read it again.
+        let keys = JobKeys::new(job);
+        let until = Instant::now() + limit;
+        let mut pubsub = self.client.get_async_pubsub().await?;
+        pubsub.subscribe(keys.released_channel()).await?;
+        let mut released = pubsub.on_message();
+        loop {
+            let pttl: i64 = redis::cmd("PTTL")
+                .arg(keys.lease())
+                .query_async(&mut self.conn.clone())
+                .await?;
+            // -2: no lease. (-1, a lease without expiry, is not the host's: held.)
+            if pttl == -2 {
+                return Ok(true);
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(false);
+            }
+            let wait = match u64::try_from(pttl) {
+                Ok(ms) => left.min(Duration::from_millis(ms)),
+                Err(_) => left,
+            };
+            match tokio::time::timeout(wait, released.next()).await {
+                Ok(Some(_)) => return Ok(true),
+                Ok(None) => anyhow::bail!("the subscription to {job}'s releases ended"),
+                Err(_) => continue,
+            }
+        }
     }
 }

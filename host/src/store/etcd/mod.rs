@@ -1,6 +1,7 @@
 //! etcd as a store for terms: a job's lease, its token and the writes fenced by it, on etcd's own
 //! primitives (issue 30, in part): campaign, renew, resign, a single fenced write (here) and a
-//! term's whole write with its quota and run bookkeeping ([`fenced`]). **Not yet used by the
+//! term's whole write with its quota and run bookkeeping ([`fenced`]), a host's heartbeat
+//! ([`beat`]) and a follower's wait for a job to fall free ([`vacancy`]). **Not yet used by the
 //! host**: the seam that lets a host run on etcd (`--store etcd://…`) is the rest of that issue;
 //! `docs/store-contract.md` lists what it must cover. Tested against a real 3-member cluster
 //! (`tests/integration/etcd.rs`, and `contract.rs` beside the Redis store).
@@ -47,6 +48,7 @@ mod beat;
 mod fenced;
 mod reads;
 mod terms;
+mod vacancy;
 
 pub use beat::{Beaten, Registration};
 pub use fenced::{EtcdWrite, WriteOutcome};
