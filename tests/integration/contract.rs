@@ -4,12 +4,14 @@
 //! resign only one's own, a term not renewed lapsing and its late write refused; a term's whole
 //! write (a guest's keys counted against its quota, `create`, deletes, a resent write's answer,
 //! the run bookkeeping: open runs, the run index, operators' requests cleared only by the id
-//! served), all or nothing.
+//! served), all or nothing; membership; a follower's wait for a job to fall free; and one
+//! listener per host for every job's releases and notices.
 
 use std::time::Duration;
 
 use leasehold::coord::fence::{Bookkeeping, TermWrite, Written as Applied};
 use leasehold::coord::members::{MemberInfo, Members};
+use leasehold::coord::notices::{Notice, NoticeFor, ReleaseNotices};
 use leasehold::coord::quota::Quota;
 use leasehold::coord::term_store::{
     Campaign, Collection, RedisTerms, StoreTerm, TermStore, Written, Wrote,
@@ -459,6 +461,112 @@ async fn vacancies<S: TermStore>(a: &S, b: &S, c: &S) {
     assert!(!answered("c's late renewal", || c.renew(&tc)).await);
 }
 
+/// `notice` woken within `limit`: true, or false when it was not.
+async fn woken(notice: &Notice, limit: Duration) -> bool {
+    tokio::time::timeout(limit, notice.wake.notified())
+        .await
+        .is_ok()
+}
+
+/// The last payload `notice` kept.
+fn payload(notice: &Notice) -> String {
+    notice
+        .payload
+        .as_ref()
+        .expect("a notice with a payload")
+        .lock()
+        .unwrap()
+        .clone()
+}
+
+/// One listener of `a`'s hears every job's releases and notices, `b`'s among them, those of a
+/// job registered after it started too, and wakes only what is registered under the notice's
+/// channel. With `lapsing` (a third host's client), a term of its that is not renewed wakes the
+/// followers too (etcd).
+async fn notices_heard<S: TermStore + Sync>(a: &S, b: &S, lapsing: Option<&S>) {
+    let registered: ReleaseNotices = Default::default();
+    let register = |job: &str| {
+        let keys = JobKeys::new(job);
+        let (released, runner, workers) = (
+            Notice::with_payload(),
+            Notice::with_payload(),
+            Notice::with_payload(),
+        );
+        let mut map = registered.lock().unwrap();
+        map.insert(keys.released_channel(), released.clone());
+        map.insert(NoticeFor::Runner.channel(&keys), runner.clone());
+        map.insert(NoticeFor::Workers.channel(&keys), workers.clone());
+        (released, runner, workers)
+    };
+    let (released, runner, workers) = register("billing");
+    let (_, other_runner, _) = register("settlement");
+    let stop = tokio_util::sync::CancellationToken::new();
+    let checks = async {
+        // The listener is up once a notice sent after its start is heard (one sent before it
+        // subscribed is lost, as a publish is).
+        poll_until(
+            "the listener hears a notice",
+            Duration::from_secs(30),
+            Duration::ZERO,
+            || {
+                let runner = &runner;
+                async move {
+                    answered("a notice", || {
+                        b.notify("billing", NoticeFor::Runner, "request")
+                    })
+                    .await;
+                    woken(runner, Duration::from_millis(200))
+                        .await
+                        .then_some(())
+                }
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(payload(&runner), "request");
+        // A notice for the workers wakes the workers' channel, with its payload.
+        answered("a work notice", || {
+            b.notify("billing", NoticeFor::Workers, "tasks")
+        })
+        .await;
+        assert!(
+            woken(&workers, Duration::from_secs(10)).await,
+            "the workers are woken"
+        );
+        assert_eq!(payload(&workers), "tasks");
+        // A resignation wakes the followers at once (a TTL of a minute: not its expiry), naming
+        // the owner that released.
+        let tb = won(b, "billing", "b-owner", Duration::from_secs(60)).await;
+        assert!(answered("b's resignation", || b.resign(&tb)).await);
+        assert!(
+            woken(&released, Duration::from_secs(10)).await,
+            "a release is heard"
+        );
+        assert_eq!(payload(&released), "b-owner");
+        // A job registered after the listener started is heard too, with no new subscription.
+        let (later_released, later_runner, _) = register("payroll");
+        answered("a notice", || {
+            b.notify("payroll", NoticeFor::Runner, "paused")
+        })
+        .await;
+        assert!(woken(&later_runner, Duration::from_secs(10)).await);
+        assert_eq!(payload(&later_runner), "paused");
+        // Settlement's runner heard none of billing's or payroll's notices.
+        assert!(!woken(&other_runner, Duration::ZERO).await);
+        if let Some(c) = lapsing {
+            let tc = won(c, "payroll", "c-lapsing", Duration::from_secs(1)).await;
+            assert!(
+                woken(&later_released, Duration::from_secs(30)).await,
+                "a lapse is heard"
+            );
+            assert_eq!(payload(&later_released), "c-lapsing");
+            assert!(!answered("the lapsed term's renewal", || c.renew(&tc)).await);
+        }
+        stop.cancel();
+    };
+    tokio::join!(a.listen(registered.clone(), stop.clone()), checks);
+}
+
 async fn redis_client(redis: &RedisServer) -> RedisTerms {
     RedisTerms::connect(redis.client())
         .await
@@ -615,6 +723,27 @@ async fn etcd_wakes_a_follower_when_a_job_falls_free() {
         let (a, b) = etcd_pair(&cluster).await;
         let (c, _) = etcd_pair(&cluster).await;
         Box::pin(vacancies(&a, &b, &c)).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn redis_hears_every_jobs_releases_and_notices_on_one_listener() {
+    deadline(Duration::from_secs(90), async {
+        let redis = RedisServer::start().await;
+        let (a, b) = redis_pair(&redis).await;
+        Box::pin(notices_heard(&a, &b, None)).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn etcd_hears_every_jobs_releases_lapses_and_notices_on_one_watch() {
+    deadline(Duration::from_secs(150), async {
+        let cluster = EtcdCluster::start(3).await;
+        let (a, b) = etcd_pair(&cluster).await;
+        let (c, _) = etcd_pair(&cluster).await;
+        Box::pin(notices_heard(&a, &b, Some(&c))).await;
     })
     .await;
 }

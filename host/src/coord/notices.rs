@@ -4,47 +4,13 @@
 //! job with patterns; a lost subscription only delays (followers fall back to lease expiry,
 //! runners and workers to their polls).
 
-use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-/// Notices by channel: each job's release channel (`lh:{job}:released`, waking its elector) and
-/// notice channel (`lh:{job}:notify`, waking its runner); jobs come and go while the listener
-/// runs.
-pub type ReleaseNotices = Arc<std::sync::Mutex<HashMap<String, Notice>>>;
-
-/// What a message on one channel does: wake `wake`, and keep the message's payload in
-/// `payload` when there is one (a release notice names the owner that released).
-#[derive(Clone)]
-pub struct Notice {
-    /// Woken (`notify_one`) on each message.
-    pub wake: Arc<Notify>,
-    /// The last message's payload.
-    pub payload: Option<Arc<std::sync::Mutex<String>>>,
-}
-
-impl Notice {
-    /// A notice that only wakes.
-    pub fn wake(wake: Arc<Notify>) -> Self {
-        Notice {
-            wake,
-            payload: None,
-        }
-    }
-
-    /// A notice that wakes and keeps the last payload (a job's release channel).
-    pub fn with_payload() -> Self {
-        Notice {
-            wake: Arc::new(Notify::new()),
-            payload: Some(Arc::default()),
-        }
-    }
-}
+pub use crate::store::notice::{Notice, NoticeFor, ReleaseNotices};
 
 /// Subscribes to every job's release and notice channels and wakes what is registered for the
 /// channel in `jobs` on each message, until `stop` is cancelled. Reconnects after a lost

@@ -27,8 +27,9 @@
 //! The files: [`url`] (URLs, TLS, redaction, notice subscriptions), [`conn`] (the connection
 //! type), [`cluster`] (slot map and per-primary pipelines), [`batch`] (the heartbeat's
 //! round trip), [`sentinel`], [`keys`] (every key the host uses), [`deployment`] (what the
-//! host checks about its Redis), and [`etcd`] (terms on an etcd cluster: the first part of the
-//! etcd store, not yet used by the host). This is the bottom layer: it uses nothing of the crate but
+//! host checks about its Redis), [`notice`] (what a host registers to be woken by notices, on
+//! either store), and [`etcd`] (terms on an etcd cluster: the first part of the etcd store, not
+//! yet used by the host). This is the bottom layer: it uses nothing of the crate but
 //! [`crate::units`] and [`crate::metrics`].
 
 mod batch;
@@ -37,6 +38,7 @@ mod conn;
 pub mod deployment;
 pub mod etcd;
 pub mod keys;
+pub mod notice;
 pub mod sentinel;
 mod url;
 

@@ -4,9 +4,11 @@
 use super::{Campaign, Collection, StoreTerm, TermStore, Written, Wrote};
 use crate::coord::fence::{TermWrite, Written as TermWritten};
 use crate::coord::members::{self, MemberInfo, Members};
+use crate::coord::notices::{NoticeFor, ReleaseNotices};
 use crate::store::etcd::{self, EtcdTerms};
 use crate::store::keys::JobKeys;
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 /// The etcd side's term as this seam's.
 fn from_etcd(t: etcd::EtcdTerm) -> anyhow::Result<StoreTerm> {
@@ -165,5 +167,13 @@ impl TermStore for EtcdTerms {
 
     async fn await_vacancy(&self, job: &str, limit: Duration) -> anyhow::Result<bool> {
         Ok(EtcdTerms::await_vacancy(self, job, limit).await?)
+    }
+
+    async fn listen(&self, notices: ReleaseNotices, stop: CancellationToken) {
+        EtcdTerms::listen(self, notices, stop).await
+    }
+
+    async fn notify(&self, job: &str, to: NoticeFor, payload: &str) -> anyhow::Result<()> {
+        Ok(EtcdTerms::notify(self, job, to, payload).await?)
     }
 }

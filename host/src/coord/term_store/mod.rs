@@ -1,8 +1,9 @@
 //! The seam between a term and its store (issue 30, its first cut): what a term asks of the
 //! store — campaign, renew, a fenced write, a whole term write (a guest's keys against its
 //! quota, `create`, deletes, a resend's answer, the run bookkeeping: [`TermStore::write_all`]),
-//! reads, resign, and a follower's wait for the job to fall free
-//! ([`TermStore::await_vacancy`]) — as one trait, [`TermStore`], with
+//! reads, resign, a follower's wait for the job to fall free
+//! ([`TermStore::await_vacancy`]), and a host's one listener for every job's releases and
+//! notices ([`TermStore::listen`], [`TermStore::notify`]) — as one trait, [`TermStore`], with
 //! the Redis store (the scripts the host runs today: [`crate::coord::lease`] and the fenced
 //! write) and the etcd store ([`crate::store::etcd`]) behind it. The contract both must keep is
 //! tested against both by the same tests (`tests/integration/contract.rs`).
@@ -21,17 +22,20 @@
 //! Tokens are each store's own: Redis's are microseconds since the epoch, etcd's revisions;
 //! they grow within one store, not across a move from one to the other.
 //!
-//! **Not yet.** The host still calls the Redis functions directly (its heartbeat batches
-//! renewals of many jobs in one round trip, which this per-term interface does not); moving it
-//! onto the seam, and the rest of the store (the runner's state reads, members, notices, tasks,
-//! the term history) behind it, is the rest of issue 30. A task's write (a worker's claim) is
-//! not part of the contract yet: the etcd store refuses one.
+//! **Not yet.** The host still calls the Redis functions directly (its heartbeat sends every
+//! job's renewal or look at the term and its membership in one pipeline per Redis node;
+//! [`TermStore::renew_all`] and [`TermStore::register`] are that beat's parts here, not yet
+//! one call); moving it onto the seam, and the rest of the store (the runner's state reads,
+//! tasks, the term history) behind it, is the rest of issue 30. A task's write (a worker's
+//! claim) is not part of the contract yet: the etcd store refuses one.
 
 use std::future::Future;
 use std::time::Duration;
 
 use crate::coord::fence::{TermWrite, Written as TermWritten};
 use crate::coord::members::{MemberInfo, Members};
+use crate::coord::notices::{NoticeFor, ReleaseNotices};
+use tokio_util::sync::CancellationToken;
 
 mod etcd;
 mod redis;
@@ -181,6 +185,29 @@ pub trait TermStore {
         job: &str,
         limit: Duration,
     ) -> impl Future<Output = anyhow::Result<bool>> + Send;
+
+    /// A host's one listener: wakes what `notices` registers under a job's release channel when
+    /// the job's term is released (its payload: the owner that released), and under its notice
+    /// or work channel on a [`TermStore::notify`] for it (its payload: the notice's), for every
+    /// job, those registered later too, until `stop` is cancelled. A broken listener is opened
+    /// again; meanwhile nothing is woken (followers, runners and workers fall back to their
+    /// polls). On etcd a lapse wakes the release channel too ([`crate::store::etcd`]'s
+    /// `notices`); on Redis only a release does.
+    fn listen(
+        &self,
+        notices: ReleaseNotices,
+        stop: CancellationToken,
+    ) -> impl Future<Output = ()> + Send;
+
+    /// Sends a notice about `job` to its runner or its task workers, with `payload`, to every
+    /// host's [`TermStore::listen`] (an operator's request or pause, a member's ask, tasks
+    /// queued). Unfenced, as on Redis: a notice only wakes, and what it wakes reads the store.
+    fn notify(
+        &self,
+        job: &str,
+        to: NoticeFor,
+        payload: &str,
+    ) -> impl Future<Output = anyhow::Result<()>> + Send;
 }
 
 /// A job's set or hash that a term write's bookkeeping changes.

@@ -10,9 +10,11 @@ use crate::coord::checks::FenceError;
 use crate::coord::fence::{TermWrite, unchecked};
 use crate::coord::lease::{self, Acquired};
 use crate::coord::members::{self, MemberInfo, Members};
+use crate::coord::notices::{NoticeFor, ReleaseNotices};
 use crate::coord::terms::TermEnd;
 use crate::store::keys::JobKeys;
 use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
 
 /// Terms on one Redis node, through the host's own scripts (over a plain connection, not the
 /// host's [`crate::store::Conn`]: no Cluster or Sentinel here yet).
@@ -197,5 +199,23 @@ impl TermStore for RedisTerms {
                 Err(_) => continue,
             }
         }
+    }
+
+    async fn listen(&self, notices: ReleaseNotices, stop: CancellationToken) {
+        crate::coord::notices::listen_for_releases(
+            crate::store::PubSubSource::Nodes(vec![self.client.clone()]),
+            notices,
+            stop,
+        )
+        .await
+    }
+
+    async fn notify(&self, job: &str, to: NoticeFor, payload: &str) -> anyhow::Result<()> {
+        let _: i64 = self
+            .conn
+            .clone()
+            .publish(to.channel(&JobKeys::new(job)), payload)
+            .await?;
+        Ok(())
     }
 }

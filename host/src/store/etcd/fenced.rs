@@ -340,7 +340,7 @@ impl EtcdTerms {
     /// The lease a write's answer is kept under: one shared by every write, granted for one and
     /// a half times [`APPLIED_TTL`] and replaced once half of that has passed, so an answer lives
     /// at least [`APPLIED_TTL`].
-    async fn applied_lease(&self) -> EtcdResult<i64> {
+    pub(super) async fn applied_lease(&self) -> EtcdResult<i64> {
         let renew_after = APPLIED_TTL / 2;
         if let Some((id, at)) = *self.applied.lock().expect("applied lease")
             && at.elapsed() < renew_after

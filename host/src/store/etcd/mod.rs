@@ -1,7 +1,8 @@
 //! etcd as a store for terms: a job's lease, its token and the writes fenced by it, on etcd's own
 //! primitives (issue 30, in part): campaign, renew, resign, a single fenced write (here) and a
 //! term's whole write with its quota and run bookkeeping ([`fenced`]), a host's heartbeat
-//! ([`beat`]) and a follower's wait for a job to fall free ([`vacancy`]). **Not yet used by the
+//! ([`beat`]), a follower's wait for a job to fall free ([`vacancy`]) and one listener per host
+//! for every job's notices ([`notices`]). **Not yet used by the
 //! host**: the seam that lets a host run on etcd (`--store etcd://…`) is the rest of that issue;
 //! `docs/store-contract.md` lists what it must cover. Tested against a real 3-member cluster
 //! (`tests/integration/etcd.rs`, and `contract.rs` beside the Redis store).
@@ -9,9 +10,12 @@
 //! **Keys.** A job's keys are under `lh/<job>/`: its key `<rest>` (as the Redis store names it
 //! without the job's prefix `lh:{<job>}:`, e.g. `cursor`, `run:<period>`, `data:<key>`) is
 //! `lh/<job>/<rest>`, and each member of its sets and hashes (`open`, `runs`, `requests`) a key
-//! of its own, `lh/<job>/<set>/<member>`.
+//! of its own, `lh/<job>/<set>/<member>`. Its term key and its notices are apart from them,
+//! under one prefix for all jobs (`lh/{jobs}/lease/<job>`, `lh/{jobs}/notify/<job>`,
+//! `lh/{jobs}/work/<job>`), so one watch per host hears them all and no guest write
+//! ([`notices`]); members are `lh/{members}/<node>` ([`beat`]).
 //!
-//! **Guarantees.** A term is the key `lh/<job>/lease`, created only if absent (a transaction
+//! **Guarantees.** A term is the key `lh/{jobs}/lease/<job>`, created only if absent (a transaction
 //! comparing its create revision with 0) and attached to its client's etcd lease: one lease per
 //! client (a host), shared by every term it wins, so one keep-alive renews them all
 //! ([`EtcdTerms::renew_all`]: two requests a heartbeat, whatever the number of terms). The
@@ -46,6 +50,7 @@ use etcd_client::{Client, ConnectOptions, TxnOpResponse};
 
 mod beat;
 mod fenced;
+mod notices;
 mod reads;
 mod terms;
 mod vacancy;
@@ -117,15 +122,20 @@ pub enum Fenced {
 /// An etcd request that failed (the cluster unreachable, no leader, a timeout).
 pub type EtcdResult<T> = Result<T, etcd_client::Error>;
 
-/// The key of `job`'s term. A job name holds no `/` (the host's job names are `a-z 0-9 - _`),
-/// so no job's keys fall under another's.
+/// Where every job's term key and notices are: one prefix, so that one watch per host hears
+/// every job's release and lapse and every notice ([`notices`]), and no guest write.
+const JOBS: &str = "lh/{jobs}/";
+
+/// The key of `job`'s term, `lh/{jobs}/lease/<job>`. A job name holds no `/`, `{` or `}` (the
+/// host's job names are `a-z 0-9 - _`), so no job's keys fall under another's, nor under the
+/// prefixes of the store's own (`lh/{jobs}/`, `lh/{members}/`).
 fn lease_key(job: &str) -> EtcdResult<String> {
-    if job.is_empty() || job.contains('/') {
+    if job.is_empty() || job.contains(['/', '{', '}']) {
         return Err(etcd_client::Error::InvalidArgs(format!(
-            "job name {job:?}: empty or with a '/'"
+            "job name {job:?}: empty or with a '/', '{{' or '}}'"
         )));
     }
-    Ok(format!("lh/{job}/lease"))
+    Ok(format!("{JOBS}lease/{job}"))
 }
 
 /// The etcd key of the job's key `rest`, as the Redis store names it without the job's prefix
