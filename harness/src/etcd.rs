@@ -190,6 +190,40 @@ impl EtcdCluster {
         )
     }
 
+    /// The gRPC requests the running members have begun serving since they started (each
+    /// member's `grpc_server_started_total` in its `/metrics`, summed over methods and members):
+    /// a unary call counts once, a stream (a watch, a lease keep-alive) once as it opens. What a
+    /// client costs the cluster, counted by etcd.
+    pub async fn requests_served(&self) -> u64 {
+        let mut total = 0;
+        for (i, m) in self.members.iter().enumerate() {
+            if m.child.is_none() {
+                continue;
+            }
+            let addr = format!("127.0.0.1:{}", m.client_port);
+            let ask = async {
+                let mut s = tokio::net::TcpStream::connect(&addr).await.ok()?;
+                s.write_all(b"GET /metrics HTTP/1.0\r\nHost: etcd\r\n\r\n")
+                    .await
+                    .ok()?;
+                let mut got = String::new();
+                s.read_to_string(&mut got).await.ok()?;
+                Some(got)
+            };
+            let got = tokio::time::timeout(Duration::from_secs(5), ask)
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_else(|| panic!("etcd member {i} did not serve its metrics"));
+            total += got
+                .lines()
+                .filter(|l| l.starts_with("grpc_server_started_total{"))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum::<f64>() as u64;
+        }
+        total
+    }
+
     /// Waits up to `within` until every running member is healthy; false at once when a member
     /// exited (a port taken by another process meanwhile).
     pub async fn wait_healthy(&mut self, within: Duration) -> bool {

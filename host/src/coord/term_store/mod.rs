@@ -103,8 +103,9 @@ pub trait TermStore {
     /// Renews `term`'s lease for its TTL: false when the term no longer holds the job.
     fn renew(&self, term: &StoreTerm) -> impl Future<Output = anyhow::Result<bool>> + Send;
 
-    /// Renews every term of `terms` (one host's) at once, in a bounded number of requests
-    /// whatever their number: for each, whether it still holds its job (false ends it).
+    /// Renews every term of `terms` (one host's) at once, in few requests (on Redis one
+    /// pipeline; on etcd one keep-alive, and one read for every 128 terms at etcd's default
+    /// `--max-txn-ops`): for each, whether it still holds its job (false ends it).
     fn renew_all(
         &self,
         terms: &[StoreTerm],

@@ -1,5 +1,6 @@
 //! A host's heartbeat on etcd: its membership and every term it leads, kept alive together in
-//! two requests whatever their number (`docs/store-contract.md`, sections 1 and 4).
+//! two requests for up to 126 terms, one more for each 128 beyond (`docs/store-contract.md`,
+//! sections 1 and 4).
 //!
 //! A member is the key `lh/{members}/<node>` holding its description, attached to the host's
 //! lease (the one its terms share): it is there while the host beats, and goes with the lease
@@ -85,6 +86,8 @@ impl EtcdTerms {
                 Err(e) => return Err(e),
             }
         }
+        // The registration and the members' read first, then a read of each term's key, in as
+        // few transactions as etcd's operation limit allows (sent at once).
         let mut ops: Vec<TxnOp> = Vec::new();
         if let Some(m) = member {
             let lease = match host {
@@ -105,8 +108,23 @@ impl EtcdTerms {
         if ops.is_empty() {
             return Ok(Beaten::default());
         }
-        let got = bounded(self.timeout, c.txn(Txn::new().and_then(ops))).await?;
-        let mut replies = got.op_responses().into_iter();
+        let per = self.max_txn_ops.max(2);
+        let mut chunks: Vec<Vec<TxnOp>> = Vec::new();
+        for op in ops {
+            match chunks.last_mut() {
+                Some(chunk) if chunk.len() < per => chunk.push(op),
+                _ => chunks.push(vec![op]),
+            }
+        }
+        let sends = chunks.into_iter().map(|chunk| {
+            let mut c = self.client.clone();
+            async move { bounded(self.timeout, c.txn(Txn::new().and_then(chunk))).await }
+        });
+        let mut replies = Vec::new();
+        for got in futures_util::future::join_all(sends).await {
+            replies.extend(got?.op_responses());
+        }
+        let mut replies = replies.into_iter();
         let members = match member {
             Some(_) => {
                 replies.next();

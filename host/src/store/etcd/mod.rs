@@ -18,7 +18,8 @@
 //! **Guarantees.** A term is the key `lh/{jobs}/lease/<job>`, created only if absent (a transaction
 //! comparing its create revision with 0) and attached to its client's etcd lease: one lease per
 //! client (a host), shared by every term it wins, so one keep-alive renews them all
-//! ([`EtcdTerms::renew_all`]: two requests a heartbeat, whatever the number of terms). The
+//! ([`EtcdTerms::renew_all`]: a keep-alive and one read a heartbeat, one more read for each
+//! 128 terms beyond the first 126 at etcd's default `--max-txn-ops`). The
 //! key's create revision is the term's token: etcd's revisions only grow, so every later term
 //! of the job has a higher token, and no two terms share one. A fenced write
 //! ([`EtcdTerms::write`]) is one transaction that applies only while the lease key still has
