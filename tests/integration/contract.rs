@@ -16,6 +16,7 @@ use leasehold::coord::quota::Quota;
 use leasehold::coord::term_store::{
     Campaign, Collection, RedisTerms, StoreTerm, TermStore, Written, Wrote,
 };
+use leasehold::coord::terms::{KEPT, TermEnd};
 use leasehold::store::etcd::EtcdTerms;
 use leasehold::store::keys::JobKeys;
 use leasehold_harness::{EtcdCluster, poll_until};
@@ -482,6 +483,100 @@ async fn vacancies<S: TermStore>(a: &S, b: &S, c: &S) {
     assert!(!answered("c's late renewal", || c.renew(&tc)).await);
 }
 
+/// The job's terms as `store` has them: (token, owner, how each ended), newest first.
+async fn terms_of<S: TermStore>(store: &S, job: &str) -> Vec<(u64, String, Option<TermEnd>)> {
+    answered("the history", || store.history(job, 100))
+        .await
+        .into_iter()
+        .map(|t| (t.token, t.owner, t.end))
+        .collect()
+}
+
+/// The term history: an entry for each term a campaign won, added by it alone; a resignation
+/// closes it as released; a term not renewed that a later one followed reads crashed, until
+/// its holder, back, says how it went quiet (a late resignation reads expired); at most
+/// [`KEPT`] kept, newest first. `c`'s campaigns have a TTL of 1 s.
+async fn term_history<S: TermStore>(a: &S, b: &S, c: &S) {
+    let long = Duration::from_secs(60);
+    let ta = won(a, "billing", "a:1", long).await;
+    assert_eq!(
+        terms_of(a, "billing").await,
+        vec![(ta.token, "a:1".into(), None)]
+    );
+    let record = &answered("the history", || b.history("billing", 1)).await[0];
+    assert_eq!(record.node, "a");
+    assert!(record.started_ms > 0 && record.ended_ms.is_none());
+    assert!(answered("a's resignation", || a.resign(&ta)).await);
+    let tb = won(b, "billing", "b:1", long).await;
+    // A campaign that finds the job held adds nothing.
+    assert!(matches!(
+        answered("a campaign on a held job", || a
+            .campaign("billing", "a:2", long))
+        .await,
+        Campaign::Held { .. }
+    ));
+    assert_eq!(
+        terms_of(a, "billing").await,
+        vec![
+            (tb.token, "b:1".into(), None),
+            (ta.token, "a:1".into(), Some(TermEnd::Released)),
+        ]
+    );
+    assert!(
+        answered("the history", || a.history("billing", 5)).await[1]
+            .ended_ms
+            .is_some()
+    );
+    // A term that lapsed, followed by another: crashed, until its holder says otherwise.
+    let tc = won(c, "payroll", "c:1", Duration::from_secs(1)).await;
+    let tb2 = poll_until(
+        "b wins payroll once c's term lapses",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || async {
+            match b.campaign("payroll", "b:2", long).await {
+                Ok(Campaign::Won(t)) => Some(t),
+                _ => None,
+            }
+        },
+    )
+    .await
+    .unwrap();
+    let crashed = vec![
+        (tb2.token, "b:2".into(), None),
+        (tc.token, "c:1".into(), Some(TermEnd::Crashed)),
+    ];
+    assert_eq!(terms_of(a, "payroll").await, crashed);
+    // c, back: its resignation finds its term gone, which says it expired; once closed, its
+    // entry takes no other word.
+    let expired = vec![
+        (tb2.token, "b:2".into(), None),
+        (tc.token, "c:1".into(), Some(TermEnd::Expired)),
+    ];
+    assert!(!answered("c's late resignation", || c.end(&tc, TermEnd::Released)).await);
+    assert_eq!(terms_of(a, "payroll").await, expired);
+    assert!(!answered("c's late word", || c.end(&tc, TermEnd::Fenced)).await);
+    assert_eq!(terms_of(a, "payroll").await, expired);
+    // b's own term is untouched by all of it, and its end closes it.
+    assert!(answered("b's end", || b.end(&tb2, TermEnd::Fenced)).await);
+    assert_eq!(
+        terms_of(a, "payroll").await[0],
+        (tb2.token, "b:2".into(), Some(TermEnd::Fenced))
+    );
+    // Capped: the newest KEPT terms, in token order.
+    for i in 0..KEPT + 3 {
+        let t = won(a, "cap", &format!("a:cap{i}"), long).await;
+        assert!(answered("a resignation", || a.end(&t, TermEnd::Released)).await);
+    }
+    let kept = terms_of(b, "cap").await;
+    assert_eq!(kept.len(), KEPT);
+    assert_eq!(kept[0].1, format!("a:cap{}", KEPT + 2));
+    assert!(
+        kept.windows(2).all(|w| w[0].0 > w[1].0),
+        "newest first: {kept:?}"
+    );
+}
+
 /// `notice` woken within `limit`: true, or false when it was not.
 async fn woken(notice: &Notice, limit: Duration) -> bool {
     tokio::time::timeout(limit, notice.wake.notified())
@@ -779,6 +874,56 @@ async fn etcd_hears_every_jobs_releases_lapses_and_notices_on_one_watch() {
         let (a, b) = etcd_pair(&cluster).await;
         let (c, _) = etcd_pair(&cluster).await;
         Box::pin(notices_heard(&a, &b, Some(&c))).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn redis_keeps_each_jobs_term_history() {
+    deadline(Duration::from_secs(90), async {
+        let redis = RedisServer::start().await;
+        let (a, b) = redis_pair(&redis).await;
+        let c = redis_client(&redis).await;
+        Box::pin(term_history(&a, &b, &c)).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn etcd_keeps_each_jobs_term_history() {
+    deadline(Duration::from_secs(150), async {
+        let cluster = EtcdCluster::start(3).await;
+        let (a, b) = etcd_pair(&cluster).await;
+        let (c, _) = etcd_pair(&cluster).await;
+        Box::pin(term_history(&a, &b, &c)).await;
+        // What is kept in etcd is bounded too: the won campaigns trimmed the rest.
+        let raw = etcd_client::Client::connect(cluster.endpoints(), None)
+            .await
+            .unwrap();
+        poll_until(
+            "the history trimmed",
+            Duration::from_secs(30),
+            Duration::from_millis(100),
+            || {
+                let mut raw = raw.clone();
+                async move {
+                    let got = raw
+                        .get(
+                            "lh/cap/history/",
+                            Some(
+                                etcd_client::GetOptions::new()
+                                    .with_prefix()
+                                    .with_count_only(),
+                            ),
+                        )
+                        .await
+                        .ok()?;
+                    (got.count() as usize == KEPT).then_some(())
+                }
+            },
+        )
+        .await
+        .unwrap();
     })
     .await;
 }

@@ -2,9 +2,11 @@
 //! writes converted at the boundary.
 
 use super::{Campaign, Collection, StoreTerm, TermStore, Written, Wrote};
+use crate::coord::elector::owner_node;
 use crate::coord::fence::{TermWrite, Written as TermWritten};
 use crate::coord::members::{self, MemberInfo, Members};
 use crate::coord::notices::{NoticeFor, ReleaseNotices};
+use crate::coord::terms::{TermEnd, TermRecord};
 use crate::store::etcd::{self, EtcdTerms};
 use crate::store::keys::JobKeys;
 use std::time::Duration;
@@ -30,6 +32,26 @@ fn to_etcd(t: &StoreTerm) -> anyhow::Result<etcd::EtcdTerm> {
         token: i64::try_from(t.token)?,
         lease: t.lease.unwrap_or(0),
         ttl: t.ttl,
+    })
+}
+
+/// An etcd history entry as this seam's record (`None` for one with a word it does not know).
+fn record(e: etcd::HistoryEntry) -> Option<TermRecord> {
+    let end = match e.end.as_deref() {
+        None => None,
+        Some("released") => Some(TermEnd::Released),
+        Some("expired") => Some(TermEnd::Expired),
+        Some("fenced") => Some(TermEnd::Fenced),
+        Some("crashed") => Some(TermEnd::Crashed),
+        Some(_) => return None,
+    };
+    Some(TermRecord {
+        token: u64::try_from(e.token).ok()?,
+        node: owner_node(&e.owner).to_string(),
+        owner: e.owner,
+        started_ms: e.started_ms,
+        ended_ms: e.ended_ms,
+        end,
     })
 }
 
@@ -169,11 +191,31 @@ impl TermStore for EtcdTerms {
         Ok(EtcdTerms::await_vacancy(self, job, limit).await?)
     }
 
+    async fn end(&self, term: &StoreTerm, how: TermEnd) -> anyhow::Result<bool> {
+        Ok(EtcdTerms::end_term(self, &to_etcd(term)?, how.as_str()).await?)
+    }
+
+    async fn history(&self, job: &str, limit: usize) -> anyhow::Result<Vec<TermRecord>> {
+        Ok(EtcdTerms::history(self, job, limit)
+            .await?
+            .into_iter()
+            .filter_map(record)
+            .collect())
+    }
+
     async fn listen(&self, notices: ReleaseNotices, stop: CancellationToken) {
         EtcdTerms::listen(self, notices, stop).await
     }
 
     async fn notify(&self, job: &str, to: NoticeFor, payload: &str) -> anyhow::Result<()> {
         Ok(EtcdTerms::notify(self, job, to, payload).await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn both_stores_keep_as_many_terms() {
+        assert_eq!(crate::store::etcd::HISTORY_KEPT, crate::coord::terms::KEPT);
     }
 }

@@ -2,8 +2,9 @@
 //! store — campaign, renew, a fenced write, a whole term write (a guest's keys against its
 //! quota, `create`, deletes, a resend's answer, the run bookkeeping: [`TermStore::write_all`]),
 //! reads, resign, a follower's wait for the job to fall free
-//! ([`TermStore::await_vacancy`]), and a host's one listener for every job's releases and
-//! notices ([`TermStore::listen`], [`TermStore::notify`]) — as one trait, [`TermStore`], with
+//! ([`TermStore::await_vacancy`]), a host's one listener for every job's releases and
+//! notices ([`TermStore::listen`], [`TermStore::notify`]), and the term history
+//! ([`TermStore::end`], [`TermStore::history`]) — as one trait, [`TermStore`], with
 //! the Redis store (the scripts the host runs today: [`crate::coord::lease`] and the fenced
 //! write) and the etcd store ([`crate::store::etcd`]) behind it. The contract both must keep is
 //! tested against both by the same tests (`tests/integration/contract.rs`).
@@ -26,7 +27,7 @@
 //! job's renewal or look at the term and its membership in one pipeline per Redis node;
 //! [`TermStore::renew_all`] and [`TermStore::register`] are that beat's parts here, not yet
 //! one call); moving it onto the seam, and the rest of the store (the runner's state reads,
-//! tasks, the term history) behind it, is the rest of issue 30. A task's write (a worker's
+//! tasks) behind it, is the rest of issue 30. A task's write (a worker's
 //! claim) is not part of the contract yet: the etcd store refuses one.
 
 use std::future::Future;
@@ -35,6 +36,7 @@ use std::time::Duration;
 use crate::coord::fence::{TermWrite, Written as TermWritten};
 use crate::coord::members::{MemberInfo, Members};
 use crate::coord::notices::{NoticeFor, ReleaseNotices};
+use crate::coord::terms::{TermEnd, TermRecord};
 use tokio_util::sync::CancellationToken;
 
 mod etcd;
@@ -173,8 +175,29 @@ pub trait TermStore {
     /// Who holds `job` now, if anyone.
     fn holder(&self, job: &str) -> impl Future<Output = anyhow::Result<Option<String>>> + Send;
 
-    /// Ends `term`: false when it no longer held the job.
+    /// Ends `term`: false when it no longer held the job. Its history entry reads `released`.
     fn resign(&self, term: &StoreTerm) -> impl Future<Output = anyhow::Result<bool>> + Send;
+
+    /// Ends `term` saying `how` ([`TermEnd::Released`], `Expired`, `Fenced`): as
+    /// [`TermStore::resign`] while it holds the job, its history entry closed with `how`; once
+    /// it does not, only an entry still open or read as `crashed` is closed, as `expired` or
+    /// `fenced` (a holder back from a pause says why it went quiet; a release that found its
+    /// term gone reads `expired`). False when it no longer held the job.
+    fn end(
+        &self,
+        term: &StoreTerm,
+        how: TermEnd,
+    ) -> impl Future<Output = anyhow::Result<bool>> + Send;
+
+    /// The job's terms, newest first, at most `limit` (and [`crate::coord::terms::KEPT`]): each
+    /// term a campaign won has one, added by that campaign alone; one a later term followed
+    /// without its end said reads [`TermEnd::Crashed`]. Times are the store's clock on Redis,
+    /// the campaigning host's on etcd.
+    fn history(
+        &self,
+        job: &str,
+        limit: usize,
+    ) -> impl Future<Output = anyhow::Result<Vec<TermRecord>>> + Send;
 
     /// Waits until `job` is free or `limit` has passed: true when no term held it at some
     /// moment since the call (it may be held again by the time this returns: a campaign

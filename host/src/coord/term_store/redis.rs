@@ -11,7 +11,7 @@ use crate::coord::fence::{TermWrite, unchecked};
 use crate::coord::lease::{self, Acquired};
 use crate::coord::members::{self, MemberInfo, Members};
 use crate::coord::notices::{NoticeFor, ReleaseNotices};
-use crate::coord::terms::TermEnd;
+use crate::coord::terms::{self, TermEnd, TermRecord};
 use crate::store::keys::JobKeys;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -199,6 +199,18 @@ impl TermStore for RedisTerms {
                 Err(_) => continue,
             }
         }
+    }
+
+    async fn end(&self, term: &StoreTerm, how: TermEnd) -> anyhow::Result<bool> {
+        let keys = JobKeys::new(&term.job);
+        Ok(lease::release(&mut self.conn.clone(), &keys, &term.owner, how).await?)
+    }
+
+    async fn history(&self, job: &str, limit: usize) -> anyhow::Result<Vec<TermRecord>> {
+        let keys = JobKeys::new(job);
+        Ok(terms::history(&mut self.conn.clone(), &keys, limit)
+            .await?
+            .0)
     }
 
     async fn listen(&self, notices: ReleaseNotices, stop: CancellationToken) {

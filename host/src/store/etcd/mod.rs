@@ -1,8 +1,8 @@
 //! etcd as a store for terms: a job's lease, its token and the writes fenced by it, on etcd's own
 //! primitives (issue 30, in part): campaign, renew, resign, a single fenced write (here) and a
 //! term's whole write with its quota and run bookkeeping ([`fenced`]), a host's heartbeat
-//! ([`beat`]), a follower's wait for a job to fall free ([`vacancy`]) and one listener per host
-//! for every job's notices ([`notices`]). **Not yet used by the
+//! ([`beat`]), a follower's wait for a job to fall free ([`vacancy`]), one listener per host
+//! for every job's notices ([`notices`]) and the term history ([`history`]). **Not yet used by the
 //! host**: the seam that lets a host run on etcd (`--store etcd://…`) is the rest of that issue;
 //! `docs/store-contract.md` lists what it must cover. Tested against a real 3-member cluster
 //! (`tests/integration/etcd.rs`, and `contract.rs` beside the Redis store).
@@ -51,6 +51,7 @@ use etcd_client::{Client, ConnectOptions, TxnOpResponse};
 
 mod beat;
 mod fenced;
+mod history;
 mod notices;
 mod reads;
 mod terms;
@@ -58,6 +59,7 @@ mod vacancy;
 
 pub use beat::{Beaten, Registration};
 pub use fenced::{EtcdWrite, WriteOutcome};
+pub use history::{HISTORY_KEPT, HistoryEntry};
 
 /// etcd's own limit on a transaction's operations when it is not configured (`--max-txn-ops`).
 pub const DEFAULT_MAX_TXN_OPS: usize = 128;

@@ -1,5 +1,6 @@
-//! A job's term on etcd: campaign, renewal (every term of a client at once), resignation, and
-//! the one lease a client's terms share ([`super`]'s module doc states the guarantees).
+//! A job's term on etcd: campaign (with the term's entry in the job's history: `history`),
+//! renewal (every term of a client at once), resignation, and the one lease a client's terms
+//! share ([`super`]'s module doc states the guarantees).
 
 use std::time::{Duration, Instant};
 
@@ -64,11 +65,15 @@ impl EtcdTerms {
         let mut c = self.client.clone();
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key.clone(),
-                owner,
-                Some(PutOptions::new().with_lease(lease)),
-            )])
+            .and_then([
+                TxnOp::put(
+                    key.clone(),
+                    owner,
+                    Some(PutOptions::new().with_lease(lease)),
+                ),
+                // The term's entry in the job's history, created with it (`history`).
+                super::history::opening(job, owner)?,
+            ])
             .or_else([TxnOp::get(key, None)]);
         let reply = match bounded(self.timeout, c.txn(txn)).await {
             Ok(r) => r,
@@ -90,6 +95,11 @@ impl EtcdTerms {
                     "etcd answered a campaign without its revision".into(),
                 ));
             }
+            let me = self.clone();
+            let trimmed = job.to_string();
+            tokio::spawn(async move {
+                let _ = me.trim_history(&trimmed).await;
+            });
             return Ok(Campaign::Won(EtcdTerm {
                 job: job.to_string(),
                 owner: owner.to_string(),
@@ -223,21 +233,10 @@ impl EtcdTerms {
         }))
     }
 
-    /// Ends `term`: its key deleted only if it is still the term's (the client's lease goes on,
-    /// for its other terms). Whether the key was the term's.
+    /// Ends `term` (a resignation): its key deleted only if it is still the term's (the
+    /// client's lease goes on, for its other terms), and its history entry closed as
+    /// `released` with it. Whether the key was the term's.
     pub async fn resign(&self, term: &EtcdTerm) -> EtcdResult<bool> {
-        if term.token <= 0 {
-            return Ok(false);
-        }
-        let mut c = self.client.clone();
-        let key = lease_key(&term.job)?;
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                key.clone(),
-                CompareOp::Equal,
-                term.token,
-            )])
-            .and_then([TxnOp::delete(key, None)]);
-        Ok(bounded(self.timeout, c.txn(txn)).await?.succeeded())
+        self.end_term(term, "released").await
     }
 }
