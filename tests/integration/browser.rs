@@ -5,6 +5,7 @@
 //! and runs nothing; the keyboard reaches every action. Each test saves screenshots under
 //! `target/console-screenshots/`.
 
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -33,10 +34,12 @@ impl Browser {
             .local_addr()
             .unwrap()
             .port();
+        // A process group of its own: the Chromium it starts is in it too, and goes with it.
         let driver = Command::new("chromedriver")
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            .process_group(0)
             .spawn()
             .expect("chromedriver (Debian's chromium-driver; ./dev setup installs it)");
         let mut browser = Browser {
@@ -123,7 +126,12 @@ impl Browser {
 }
 
 impl Drop for Browser {
+    /// Kills chromedriver's whole process group: killing chromedriver alone leaves its
+    /// Chromium running, reparented, long after the test (two browsers of about 500 MB each
+    /// per `./dev test`, found still running).
     fn drop(&mut self) {
+        let group = format!("-{}", self.driver.id());
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
