@@ -337,8 +337,12 @@ impl Workers {
         let mut conn = self.conn.clone();
         let attempts = tasks::attempts(&job.spec.policies);
         let delay = tasks::backoff(&job.spec.policies, task.attempt + 1);
+        // Bounded by the claim's lapse (a lease TTL), as the term's own writes are, not by the
+        // Redis timeout of renewals: an output of megabytes on a loaded host may take longer
+        // than half a heartbeat, and an answer given up on costs the task a run again (or a
+        // warning, when it was recorded after all). The script checks the claim and the term.
         let completed = tokio::time::timeout(
-            self.timing.redis_timeout,
+            self.timing.lease_ttl,
             tasks::complete(
                 &mut conn,
                 keys,
