@@ -2,11 +2,15 @@
 //! faults, against a real 3-member cluster of Debian's etcd: a holder whose member is cut off
 //! cannot renew while the majority moves on, and its late write is refused; a member left
 //! without a leader refuses every request (`require-leader`); a member killed under a live term
-//! does not end it. What every store must do without faults is in `contract.rs`.
+//! does not end it. And with etcd's authentication on, a host's user whose role may read and
+//! write only the prefix `lh/` runs every store operation, named by an `etcd://` URL. What every
+//! store must do without faults is in `contract.rs`.
 
 use std::time::Duration;
 
-use leasehold::store::etcd::{Campaign, EtcdTerm, EtcdTerms, Fenced};
+use leasehold::coord::notices::{Notice, NoticeFor, ReleaseNotices};
+use leasehold::store::etcd::{Campaign, EtcdTerm, EtcdTerms, Fenced, Registration};
+use leasehold::store::keys::JobKeys;
 use leasehold_harness::{EtcdCluster, poll_until};
 
 use crate::harness::*;
@@ -158,6 +162,120 @@ async fn a_member_killed_under_a_live_term_does_not_end_it() {
         })
         .await;
         assert_eq!(holder, Some(("a".into(), ta.token)));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_user_allowed_only_the_lh_prefix_runs_the_store_with_authentication_on() {
+    deadline(Duration::from_secs(120), async {
+        let cluster = EtcdCluster::start(3).await;
+        let endpoints = cluster.endpoints();
+        // etcd's authentication, as an operator sets it up: a root user, and a role for the
+        // host that may read and write the prefix lh/ and nothing else.
+        let mut admin = etcd_client::Client::connect(&endpoints, None)
+            .await
+            .unwrap();
+        let _ = admin.role_add("root").await;
+        admin.user_add("root", "root-pw", None).await.unwrap();
+        admin.user_grant_role("root", "root").await.unwrap();
+        admin.role_add("leasehold").await.unwrap();
+        admin
+            .role_grant_permission(
+                "leasehold",
+                etcd_client::Permission::read_write("lh/").with_prefix(),
+            )
+            .await
+            .unwrap();
+        let password = "s3cret:@x";
+        admin.user_add("lh-host", password, None).await.unwrap();
+        admin.user_grant_role("lh-host", "leasehold").await.unwrap();
+        admin.auth_enable().await.unwrap();
+
+        let members: Vec<&str> = endpoints
+            .iter()
+            .map(|e| e.trim_start_matches("http://"))
+            .collect();
+        let hosts = members.join(",");
+        // The password percent-encoded in the URL (`:` and `@`).
+        let url = format!("etcd://lh-host:s3cret%3A%40x@{hosts}");
+        let a = EtcdTerms::connect_url(&url, REQUEST)
+            .await
+            .expect("the host's user is let in");
+        // What the store does, each allowed by the role: a campaign with its history entry, a
+        // fenced write, a beat with the membership, a notice heard by the one watch, a
+        // resignation and a follower's wait.
+        let ttl = Duration::from_secs(5);
+        let t = won(&a, "billing", "n1:1", ttl).await;
+        assert!(matches!(
+            answered("a fenced write", || a.write(&t, "k", b"v")).await,
+            Fenced::Applied { .. }
+        ));
+        let beaten = answered("a beat", || {
+            a.beat(
+                Some(Registration {
+                    node: "n1",
+                    info: b"{}",
+                    ttl,
+                }),
+                std::slice::from_ref(&t),
+            )
+        })
+        .await;
+        assert_eq!(beaten.held, vec![true]);
+        assert_eq!(beaten.members.unwrap()[0].0, "n1");
+        assert_eq!(
+            answered("the history", || a.history("billing", 5))
+                .await
+                .len(),
+            1
+        );
+        let notices: ReleaseNotices = Default::default();
+        let runner = Notice::with_payload();
+        notices.lock().unwrap().insert(
+            NoticeFor::Runner.channel(&JobKeys::new("billing")),
+            runner.clone(),
+        );
+        let stop = tokio_util::sync::CancellationToken::new();
+        let heard = async {
+            poll_until(
+                "a notice heard through the watch",
+                Duration::from_secs(30),
+                Duration::ZERO,
+                || {
+                    let (a, runner) = (&a, &runner);
+                    async move {
+                        answered("a notice", || {
+                            a.notify("billing", NoticeFor::Runner, "request")
+                        })
+                        .await;
+                        tokio::time::timeout(Duration::from_millis(200), runner.wake.notified())
+                            .await
+                            .ok()
+                    }
+                },
+            )
+            .await
+            .unwrap();
+            stop.cancel();
+        };
+        tokio::join!(a.listen(notices.clone(), stop.clone()), heard);
+        assert!(answered("the resignation", || a.resign(&t)).await);
+        assert!(answered("a wait", || a.await_vacancy("billing", ttl)).await);
+
+        // The role is what lets it in: outside lh/ the same user is refused.
+        let mut raw = etcd_client::Client::connect(
+            &endpoints,
+            Some(etcd_client::ConnectOptions::new().with_user("lh-host", password)),
+        )
+        .await
+        .unwrap();
+        assert!(raw.put("elsewhere", "x", None).await.is_err());
+        // A wrong password is refused at once, and not shown.
+        let wrong = format!("etcd://lh-host:wrong-pw@{hosts}");
+        let refused = EtcdTerms::connect_url(&wrong, REQUEST).await;
+        let e = refused.err().expect("a wrong password is refused");
+        assert!(!format!("{e} {e:?}").contains("wrong-pw"), "{e}");
     })
     .await;
 }

@@ -2,7 +2,8 @@
 //! primitives (issue 30, in part): campaign, renew, resign, a single fenced write (here) and a
 //! term's whole write with its quota and run bookkeeping ([`fenced`]), a host's heartbeat
 //! ([`beat`]), a follower's wait for a job to fall free ([`vacancy`]), one listener per host
-//! for every job's notices ([`notices`]) and the term history ([`history`]). **Not yet used by the
+//! for every job's notices ([`notices`]) and the term history ([`history`]); a cluster is named
+//! by an `etcd://` URL ([`url`]). **Not yet used by the
 //! host**: the seam that lets a host run on etcd (`--store etcd://…`) is the rest of that issue;
 //! `docs/store-contract.md` lists what it must cover. Tested against a real 3-member cluster
 //! (`tests/integration/etcd.rs`, and `contract.rs` beside the Redis store).
@@ -55,11 +56,13 @@ mod history;
 mod notices;
 mod reads;
 mod terms;
+mod url;
 mod vacancy;
 
 pub use beat::{Beaten, Registration};
 pub use fenced::{EtcdWrite, WriteOutcome};
 pub use history::{HISTORY_KEPT, HistoryEntry};
+pub use url::{EtcdUrl, parse as parse_url};
 
 /// etcd's own limit on a transaction's operations when it is not configured (`--max-txn-ops`).
 pub const DEFAULT_MAX_TXN_OPS: usize = 128;
@@ -170,7 +173,16 @@ impl EtcdTerms {
     /// Connects to the cluster at `endpoints` (`http://host:port`); every request is answered
     /// within `timeout` or fails, and only by a member with a leader.
     pub async fn connect(endpoints: &[String], timeout: Duration) -> EtcdResult<Self> {
-        let options = ConnectOptions::new()
+        Self::connect_with(endpoints, timeout, ConnectOptions::new()).await
+    }
+
+    /// [`EtcdTerms::connect`] with `options` (a user, from [`EtcdTerms::connect_url`]).
+    async fn connect_with(
+        endpoints: &[String],
+        timeout: Duration,
+        options: ConnectOptions,
+    ) -> EtcdResult<Self> {
+        let options = options
             .with_connect_timeout(timeout)
             .with_timeout(timeout)
             .with_require_leader(true);
