@@ -172,22 +172,27 @@ impl EtcdCluster {
         }
     }
 
-    /// Whether member `i` answers `GET /health` with `"health":"true"` (it has a leader).
-    pub async fn healthy(&self, i: usize) -> bool {
+    /// Member `i`'s answer to `GET path` on its client port (HTTP/1.0, headers included),
+    /// within `limit`; `None` when it does not answer.
+    async fn get(&self, i: usize, path: &str, limit: Duration) -> Option<String> {
         let addr = format!("127.0.0.1:{}", self.members[i].client_port);
         let ask = async {
             let mut s = tokio::net::TcpStream::connect(&addr).await.ok()?;
-            s.write_all(b"GET /health HTTP/1.0\r\nHost: etcd\r\n\r\n")
+            s.write_all(format!("GET {path} HTTP/1.0\r\nHost: etcd\r\n\r\n").as_bytes())
                 .await
                 .ok()?;
             let mut got = String::new();
             s.read_to_string(&mut got).await.ok()?;
-            Some(got.contains("\"health\":\"true\""))
+            Some(got)
         };
-        matches!(
-            tokio::time::timeout(Duration::from_secs(2), ask).await,
-            Ok(Some(true))
-        )
+        tokio::time::timeout(limit, ask).await.ok().flatten()
+    }
+
+    /// Whether member `i` answers `GET /health` with `"health":"true"` (it has a leader).
+    pub async fn healthy(&self, i: usize) -> bool {
+        self.get(i, "/health", Duration::from_secs(2))
+            .await
+            .is_some_and(|got| got.contains("\"health\":\"true\""))
     }
 
     /// The gRPC requests the running members have begun serving since they started (each
@@ -196,24 +201,13 @@ impl EtcdCluster {
     /// client costs the cluster, counted by etcd.
     pub async fn requests_served(&self) -> u64 {
         let mut total = 0;
-        for (i, m) in self.members.iter().enumerate() {
-            if m.child.is_none() {
+        for i in 0..self.members.len() {
+            if self.members[i].child.is_none() {
                 continue;
             }
-            let addr = format!("127.0.0.1:{}", m.client_port);
-            let ask = async {
-                let mut s = tokio::net::TcpStream::connect(&addr).await.ok()?;
-                s.write_all(b"GET /metrics HTTP/1.0\r\nHost: etcd\r\n\r\n")
-                    .await
-                    .ok()?;
-                let mut got = String::new();
-                s.read_to_string(&mut got).await.ok()?;
-                Some(got)
-            };
-            let got = tokio::time::timeout(Duration::from_secs(5), ask)
+            let got = self
+                .get(i, "/metrics", Duration::from_secs(5))
                 .await
-                .ok()
-                .flatten()
                 .unwrap_or_else(|| panic!("etcd member {i} did not serve its metrics"));
             total += got
                 .lines()
