@@ -28,6 +28,8 @@ struct Member {
     name: String,
     client_port: u16,
     peer_port: u16,
+    /// Plain HTTP `/health` and `/metrics`, whatever the client port speaks.
+    metrics_port: u16,
     data: PathBuf,
     log: PathBuf,
     child: Option<Child>,
@@ -37,13 +39,40 @@ struct Member {
 pub struct EtcdCluster {
     members: Vec<Member>,
     token: String,
+    tls: Option<EtcdTls>,
     dir: TempDir,
+}
+
+/// TLS on the members' client ports ([`EtcdCluster::start_tls`]).
+#[derive(Clone)]
+struct EtcdTls {
+    cert: PathBuf,
+    key: PathBuf,
+    /// The CA whose client certificates are required (`--client-cert-auth`).
+    client_ca: PathBuf,
 }
 
 impl EtcdCluster {
     /// Starts `n` members and waits until each serves with a leader; panics (with the members'
     /// logs) if it cannot.
     pub async fn start(n: usize) -> Self {
+        Self::start_with(n, None).await
+    }
+
+    /// Starts `n` members whose client ports speak only TLS, with `ca`'s server certificate
+    /// (for `127.0.0.1`), and require a client certificate `ca` signed
+    /// (`--client-cert-auth`; see [`TestCa::client`](crate::tls::TestCa::client)); peers talk
+    /// plain HTTP. Their endpoints are `https://` URLs.
+    pub async fn start_tls(n: usize, ca: &crate::tls::TestCa) -> Self {
+        let tls = EtcdTls {
+            cert: ca.cert.clone(),
+            key: ca.key.clone(),
+            client_ca: ca.ca.clone(),
+        };
+        Self::start_with(n, Some(tls)).await
+    }
+
+    async fn start_with(n: usize, tls: Option<EtcdTls>) -> Self {
         let mut last = String::new();
         for attempt in 0..ATTEMPTS {
             let dir = match std::fs::metadata("/dev/shm") {
@@ -53,7 +82,7 @@ impl EtcdCluster {
             };
             let token = format!("lh-{}-{attempt}", std::process::id());
             // Every port is picked while the others are still held, so no two are the same.
-            let held: Vec<TcpListener> = (0..2 * n)
+            let held: Vec<TcpListener> = (0..3 * n)
                 .map(|_| TcpListener::bind("127.0.0.1:0").expect("a free port"))
                 .collect();
             let port = |i: usize| held[i].local_addr().expect("a bound port").port();
@@ -62,8 +91,9 @@ impl EtcdCluster {
                 let data = dir.join(&format!("m{i}"));
                 members.push(Member {
                     name: format!("m{i}"),
-                    client_port: port(2 * i),
-                    peer_port: port(2 * i + 1),
+                    client_port: port(3 * i),
+                    peer_port: port(3 * i + 1),
+                    metrics_port: port(3 * i + 2),
                     log: dir.join(&format!("m{i}.log")),
                     data,
                     child: None,
@@ -73,6 +103,7 @@ impl EtcdCluster {
             let mut cluster = EtcdCluster {
                 members,
                 token,
+                tls: tls.clone(),
                 dir,
             };
             for i in 0..n {
@@ -94,18 +125,31 @@ impl EtcdCluster {
             .iter()
             .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
             .collect();
+        let client = self.endpoint(i);
         let m = &self.members[i];
-        let client = format!("http://127.0.0.1:{}", m.client_port);
+        let metrics = format!("http://127.0.0.1:{}", m.metrics_port);
         let peer = format!("http://127.0.0.1:{}", m.peer_port);
         let log = File::options()
             .create(true)
             .append(true)
             .open(&m.log)
             .expect("an etcd member's log file");
-        let child = Command::new("etcd")
+        let mut etcd = Command::new("etcd");
+        if let Some(tls) = &self.tls {
+            etcd.arg("--cert-file")
+                .arg(&tls.cert)
+                .arg("--key-file")
+                .arg(&tls.key)
+                .arg("--client-cert-auth")
+                .arg("--trusted-ca-file")
+                .arg(&tls.client_ca);
+        }
+        let child = etcd
             .args(["--name", &m.name, "--data-dir"])
             .arg(&m.data)
             .args([
+                "--listen-metrics-urls",
+                &metrics,
                 "--listen-client-urls",
                 &client,
                 "--advertise-client-urls",
@@ -136,14 +180,15 @@ impl EtcdCluster {
         self.members[i].child = Some(child);
     }
 
-    /// Each member's client URL (`http://127.0.0.1:PORT`), in member order.
+    /// Each member's client URL (`http://127.0.0.1:PORT`, `https://` with TLS), in member order.
     pub fn endpoints(&self) -> Vec<String> {
         (0..self.members.len()).map(|i| self.endpoint(i)).collect()
     }
 
     /// Member `i`'s client URL.
     pub fn endpoint(&self, i: usize) -> String {
-        format!("http://127.0.0.1:{}", self.members[i].client_port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.members[i].client_port)
     }
 
     /// SIGKILLs member `i` (the others go on as a smaller cluster).
@@ -172,10 +217,10 @@ impl EtcdCluster {
         }
     }
 
-    /// Member `i`'s answer to `GET path` on its client port (HTTP/1.0, headers included),
+    /// Member `i`'s answer to `GET path` on its metrics port (HTTP/1.0, headers included),
     /// within `limit`; `None` when it does not answer.
     async fn get(&self, i: usize, path: &str, limit: Duration) -> Option<String> {
-        let addr = format!("127.0.0.1:{}", self.members[i].client_port);
+        let addr = format!("127.0.0.1:{}", self.members[i].metrics_port);
         let ask = async {
             let mut s = tokio::net::TcpStream::connect(&addr).await.ok()?;
             s.write_all(format!("GET {path} HTTP/1.0\r\nHost: etcd\r\n\r\n").as_bytes())

@@ -1,6 +1,6 @@
 //! A private certificate authority for TLS tests, made with `openssl` in a temporary directory:
 //! a CA and one server certificate for `127.0.0.1` and `localhost`, signed by it (valid two
-//! days). Redis's and PostgreSQL's TLS tests trust the CA through `SSL_CERT_FILE` or a URL's
+//! days), and client certificates on demand. Redis's and PostgreSQL's TLS tests trust the CA through `SSL_CERT_FILE` or a URL's
 //! `sslrootcert`.
 
 use std::path::PathBuf;
@@ -23,18 +23,7 @@ impl TestCa {
     /// Makes the CA and the server certificate; panics with `openssl`'s message if it fails.
     pub fn make() -> Self {
         let dir = TempDir::new("tls");
-        let openssl = |args: &[&str]| {
-            let out = std::process::Command::new("openssl")
-                .args(args)
-                .current_dir(&dir.0)
-                .output()
-                .expect("running openssl (apt-get install openssl)");
-            assert!(
-                out.status.success(),
-                "openssl {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
+        let openssl = |args: &[&str]| openssl(&dir, args);
         openssl(&[
             "req",
             "-x509",
@@ -91,4 +80,58 @@ impl TestCa {
             dir,
         }
     }
+
+    /// Makes a client certificate for `name` (its common name) signed by this CA: the paths of
+    /// the certificate and its private key (PEM, unencrypted).
+    pub fn client(&self, name: &str) -> (PathBuf, PathBuf) {
+        let (cert, key, csr) = (
+            format!("client-{name}.crt"),
+            format!("client-{name}.key"),
+            format!("client-{name}.csr"),
+        );
+        let subject = format!("/CN={name}");
+        openssl(
+            &self.dir,
+            &[
+                "req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj",
+                &subject,
+            ],
+        );
+        std::fs::write(self.dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+        openssl(
+            &self.dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &cert,
+                "-days",
+                "2",
+                "-extfile",
+                "client.ext",
+            ],
+        );
+        (self.dir.join(&cert), self.dir.join(&key))
+    }
+}
+
+/// Runs `openssl args` in `dir`; panics with its message if it fails.
+fn openssl(dir: &TempDir, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(&dir.0)
+        .output()
+        .expect("running openssl (apt-get install openssl)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
