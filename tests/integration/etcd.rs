@@ -3,15 +3,16 @@
 //! cannot renew while the majority moves on, and its late write is refused; a member left
 //! without a leader refuses every request (`require-leader`); a member killed under a live term
 //! does not end it. And with etcd's authentication on, a host's user whose role may read and
-//! write only the prefix `lh/` runs every store operation, named by an `etcd://` URL. What every
-//! store must do without faults is in `contract.rs`.
+//! write only the prefix `lh/` runs every store operation, named by an `etcd://` URL; over TLS
+//! (`etcds://`) a cluster requiring client certificates is served, and refused without them, an
+//! untrusted cluster refused. What every store must do without faults is in `contract.rs`.
 
 use std::time::Duration;
 
 use leasehold::coord::notices::{Notice, NoticeFor, ReleaseNotices};
 use leasehold::store::etcd::{Campaign, EtcdTerm, EtcdTerms, Fenced, Registration};
 use leasehold::store::keys::JobKeys;
-use leasehold_harness::{EtcdCluster, poll_until};
+use leasehold_harness::{EtcdCluster, TestCa, poll_until};
 
 use crate::harness::*;
 
@@ -276,6 +277,58 @@ async fn a_user_allowed_only_the_lh_prefix_runs_the_store_with_authentication_on
         let refused = EtcdTerms::connect_url(&wrong, REQUEST).await;
         let e = refused.err().expect("a wrong password is refused");
         assert!(!format!("{e} {e:?}").contains("wrong-pw"), "{e}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn etcds_verifies_the_cluster_and_offers_the_client_certificate_it_requires() {
+    deadline(Duration::from_secs(120), async {
+        // A private CA; members serving TLS with its certificate for 127.0.0.1 and requiring a
+        // client certificate it signed.
+        let ca = TestCa::make();
+        let (cert, key) = ca.client("lh-host");
+        let cluster = EtcdCluster::start_tls(3, &ca).await;
+        let hosts: Vec<String> = cluster
+            .endpoints()
+            .iter()
+            .map(|e| e.trim_start_matches("https://").to_string())
+            .collect();
+        let hosts = hosts.join(",");
+        let (ca, cert, key) = (ca.ca.display(), cert.display(), key.display());
+        let url = format!("etcds://{hosts}?cacert={ca}&cert={cert}&key={key}");
+        let a = EtcdTerms::connect_url(&url, REQUEST)
+            .await
+            .expect("the cluster trusted through cacert, the client through its certificate");
+        let ttl = Duration::from_secs(5);
+        let t = won(&a, "billing", "n1:1", ttl).await;
+        assert!(matches!(
+            answered("a fenced write", || a.write(&t, "k", b"v")).await,
+            Fenced::Applied { .. }
+        ));
+        assert_eq!(
+            answered("a read", || a.get("billing", "data:k")).await,
+            Some(b"v".to_vec())
+        );
+        assert!(answered("the resignation", || a.resign(&t)).await);
+
+        // Refused at connect, each for its own reason: no client certificate; the cluster's
+        // certificate not trusted (the system's CAs do not know the test CA); plain etcd://
+        // against TLS ports.
+        for (url, why) in [
+            (
+                format!("etcds://{hosts}?cacert={ca}"),
+                "without a client certificate",
+            ),
+            (
+                format!("etcds://{hosts}?cert={cert}&key={key}"),
+                "with a CA the system does not trust",
+            ),
+            (format!("etcd://{hosts}"), "over plain etcd://"),
+        ] {
+            let refused = EtcdTerms::connect_url(&url, REQUEST).await;
+            assert!(refused.is_err(), "connected {why}");
+        }
     })
     .await;
 }
