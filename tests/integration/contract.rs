@@ -5,7 +5,8 @@
 //! write (a guest's keys counted against its quota, `create`, deletes, a resent write's answer,
 //! the run bookkeeping: open runs, the run index, operators' requests cleared only by the id
 //! served), all or nothing; membership; a follower's wait for a job to fall free; and one
-//! listener per host for every job's releases and notices.
+//! listener per host for every job's releases and notices; tokens raised above a database's
+//! fence, and continued from Redis to etcd.
 
 use std::time::Duration;
 
@@ -683,6 +684,36 @@ async fn notices_heard<S: TermStore + Sync>(a: &S, b: &S, lapsing: Option<&S>) {
     tokio::join!(a.listen(registered.clone(), stop.clone()), checks);
 }
 
+/// Raised tokens: after `b` raises `job`'s tokens above a figure (a database's fence holding
+/// one the store has not reached), `a`'s next won term is above it, though `a` last saw the
+/// store before the raise; a raise below changes nothing; a live term's writes go on.
+async fn tokens_raised<S: TermStore>(a: &S, b: &S) {
+    let ttl = Duration::from_secs(5);
+    let ta = won(a, "settle", "a:1", ttl).await;
+    assert!(answered("a's resignation", || a.resign(&ta)).await);
+    let fence = ta.token + 1_000_000_000;
+    assert!(answered("the raise", || b.raise_tokens("settle", fence)).await);
+    assert!(
+        !answered("a raise below", || b.raise_tokens("settle", fence - 1)).await,
+        "a raise never lowers"
+    );
+    let ta2 = won(a, "settle", "a:2", ttl).await;
+    assert!(ta2.token > fence, "{} after a raise to {fence}", ta2.token);
+    assert!(
+        answered("a raise past a live term", || b
+            .raise_tokens("settle", ta2.token + 1_000_000_000))
+        .await
+    );
+    assert_eq!(
+        answered("the live term's write", || a.write(&ta2, "k", b"v")).await,
+        Written::Applied,
+        "a raise leaves the live term's token, and its writes, alone"
+    );
+    assert!(answered("a's resignation", || a.resign(&ta2)).await);
+    let tb = won(b, "settle", "b:1", ttl).await;
+    assert!(tb.token > ta2.token + 1_000_000_000);
+}
+
 async fn redis_client(redis: &RedisServer) -> RedisTerms {
     RedisTerms::connect(redis.client())
         .await
@@ -937,6 +968,53 @@ async fn etcd_keeps_each_jobs_term_history() {
         )
         .await
         .unwrap();
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn redis_raises_tokens_above_a_fence_and_never_lowers_them() {
+    deadline(Duration::from_secs(60), async {
+        let redis = RedisServer::start().await;
+        let (a, b) = redis_pair(&redis).await;
+        tokens_raised(&a, &b).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn etcd_raises_tokens_above_a_fence_and_never_lowers_them() {
+    deadline(Duration::from_secs(120), async {
+        let cluster = EtcdCluster::start(3).await;
+        let (a, b) = etcd_pair(&cluster).await;
+        tokens_raised(&a, &b).await;
+    })
+    .await;
+}
+
+/// A job moved from Redis to a new etcd cluster: its first term there has a token above its
+/// last on Redis (etcd's base is set from a host's clock in microseconds, as Redis's tokens are
+/// from Redis's), so the databases it writes to, which keep the highest token they saw, do not
+/// refuse it.
+#[tokio::test]
+async fn tokens_continue_from_redis_to_a_new_etcd_cluster() {
+    deadline(Duration::from_secs(120), async {
+        let ttl = Duration::from_secs(5);
+        let redis = RedisServer::start().await;
+        let on_redis = redis_client(&redis).await;
+        let last = won(&on_redis, "billing", "a:1", ttl).await;
+        let cluster = EtcdCluster::start(3).await;
+        let (on_etcd, _) = etcd_pair(&cluster).await;
+        let first = won(&on_etcd, "billing", "a:2", ttl).await;
+        assert!(
+            first.token > last.token,
+            "etcd's first token {} after Redis's last {}",
+            first.token,
+            last.token
+        );
+        // And within etcd they go on growing from there.
+        assert!(answered("the resignation", || TermStore::resign(&on_etcd, &first)).await);
+        assert!(won(&on_etcd, "billing", "a:3", ttl).await.token > first.token);
     })
     .await;
 }

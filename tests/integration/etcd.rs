@@ -162,7 +162,7 @@ async fn a_member_killed_under_a_live_term_does_not_end_it() {
             a.holder("billing").await.ok()
         })
         .await;
-        assert_eq!(holder, Some(("a".into(), ta.token)));
+        assert_eq!(holder, Some(("a".into(), ta.revision)));
     })
     .await;
 }

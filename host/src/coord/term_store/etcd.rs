@@ -19,18 +19,20 @@ fn from_etcd(t: etcd::EtcdTerm) -> anyhow::Result<StoreTerm> {
         job: t.job,
         owner: t.owner,
         ttl: t.ttl,
-        lease: Some(t.lease),
+        lease: Some((t.lease, t.revision)),
     })
 }
 
 /// This seam's term as the etcd side's.
-/// (A term of another store has no etcd lease: it is refused as one that lapsed.)
+/// (A term of another store has no etcd lease nor revision: it is refused as one that lapsed.)
 fn to_etcd(t: &StoreTerm) -> anyhow::Result<etcd::EtcdTerm> {
+    let (lease, revision) = t.lease.unwrap_or((0, 0));
     Ok(etcd::EtcdTerm {
         job: t.job.clone(),
         owner: t.owner.clone(),
         token: i64::try_from(t.token)?,
-        lease: t.lease.unwrap_or(0),
+        revision,
+        lease,
         ttl: t.ttl,
     })
 }
@@ -61,6 +63,10 @@ impl TermStore for EtcdTerms {
             etcd::Campaign::Won(t) => Campaign::Won(from_etcd(t)?),
             etcd::Campaign::Held { owner, .. } => Campaign::Held { owner },
         })
+    }
+
+    async fn raise_tokens(&self, _job: &str, token: u64) -> anyhow::Result<bool> {
+        Ok(EtcdTerms::raise_tokens(self, token).await?)
     }
 
     async fn renew(&self, term: &StoreTerm) -> anyhow::Result<bool> {

@@ -20,8 +20,11 @@
 //! owner of its own (the scripts compare the owner; the host makes one `node:uuid` per
 //! candidacy), on etcd by the term's lease and token.
 //!
-//! Tokens are each store's own: Redis's are microseconds since the epoch, etcd's revisions;
-//! they grow within one store, not across a move from one to the other.
+//! Tokens grow within one store, and continue across a move from one store to the other as far
+//! as the hosts' clocks agree: Redis's are microseconds since the epoch (Redis's clock), etcd's
+//! a base set once from a host's clock in microseconds plus a revision
+//! ([`crate::store::etcd`]'s `tokens`). Where a database's fence shows a higher token than the
+//! store's, [`TermStore::raise_tokens`] puts every later term above it.
 //!
 //! **Not yet.** The host still calls the Redis functions directly (its heartbeat sends every
 //! job's renewal or look at the term and its membership in one pipeline per Redis node;
@@ -55,8 +58,9 @@ pub struct StoreTerm {
     pub token: u64,
     /// Its lease's length.
     pub ttl: Duration,
-    /// The etcd lease the term's key is attached to (etcd only).
-    pub(super) lease: Option<i64>,
+    /// The etcd lease the term's key is attached to, and the key's create revision (etcd
+    /// only).
+    pub(super) lease: Option<(i64, i64)>,
 }
 
 /// What a campaign found.
@@ -101,6 +105,16 @@ pub trait TermStore {
         owner: &str,
         ttl: Duration,
     ) -> impl Future<Output = anyhow::Result<Campaign>> + Send;
+
+    /// Raises the tokens of `job`'s later terms above `token` (never lowers them): every term
+    /// won after this returns has a higher token (a database's fence holds one the store has not
+    /// reached). True when anything was raised. On Redis the job's counter, on etcd the
+    /// cluster's base (every job's later tokens; tokens only need to grow).
+    fn raise_tokens(
+        &self,
+        job: &str,
+        token: u64,
+    ) -> impl Future<Output = anyhow::Result<bool>> + Send;
 
     /// Renews `term`'s lease for its TTL: false when the term no longer holds the job.
     fn renew(&self, term: &StoreTerm) -> impl Future<Output = anyhow::Result<bool>> + Send;

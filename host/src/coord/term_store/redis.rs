@@ -50,6 +50,11 @@ impl TermStore for RedisTerms {
         )
     }
 
+    async fn raise_tokens(&self, job: &str, token: u64) -> anyhow::Result<bool> {
+        let keys = JobKeys::new(job);
+        Ok(lease::raise_counter(&mut self.conn.clone(), &keys, token).await?)
+    }
+
     async fn renew(&self, term: &StoreTerm) -> anyhow::Result<bool> {
         let keys = JobKeys::new(&term.job);
         Ok(lease::renew(&mut self.conn.clone(), &keys, &term.owner, term.ttl).await?)

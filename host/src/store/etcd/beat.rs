@@ -152,7 +152,7 @@ impl EtcdTerms {
             .map(|(t, r)| {
                 alive.contains(&t.lease)
                     && matches!(&r, TxnOpResponse::Get(g)
-                        if g.kvs().first().is_some_and(|kv| kv.create_revision() == t.token && kv.lease() == t.lease))
+                        if g.kvs().first().is_some_and(|kv| kv.create_revision() == t.revision && kv.lease() == t.lease))
             })
             .collect();
         Ok(Beaten { members, held })

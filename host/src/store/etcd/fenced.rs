@@ -108,7 +108,7 @@ impl EtcdTerms {
         term: &EtcdTerm,
         write: &EtcdWrite<'_>,
     ) -> EtcdResult<WriteOutcome> {
-        if term.token <= 0 {
+        if term.revision <= 0 {
             return Ok(WriteOutcome::Refused { holder: None });
         }
         let job = term.job.as_str();
@@ -171,7 +171,7 @@ impl EtcdTerms {
                     _ => None,
                 })
                 .unwrap_or(0);
-            if holder_rev != term.token {
+            if holder_rev != term.revision {
                 return Ok(WriteOutcome::Refused {
                     holder: holder_of_get(got.op_responses().first()),
                 });
@@ -188,7 +188,7 @@ impl EtcdTerms {
             let mut compares = vec![Compare::create_revision(
                 lease.clone(),
                 CompareOp::Equal,
-                term.token,
+                term.revision,
             )];
             for (k, s) in watched
                 .iter()
@@ -325,7 +325,7 @@ impl EtcdTerms {
                 Some(TxnOpResponse::Get(g)) => g.kvs().first().map_or(0, |kv| kv.create_revision()),
                 _ => 0,
             };
-            if now_rev != term.token {
+            if now_rev != term.revision {
                 return Ok(WriteOutcome::Refused {
                     holder: holder_of_get(responses.first()),
                 });

@@ -5,7 +5,7 @@
 //! **How.** An entry is the key `lh/<job>/history/<owner>` (an owner is one campaign's own),
 //! created by the campaign's own transaction, the one that creates the term's key: so only a
 //! term etcd granted has an entry, a stale leader cannot add one, and the entry's create
-//! revision is the term's token. Its value is the owner, when the term began (the host's clock:
+//! revision plus the base its campaign compared (kept in the entry) is the term's token. Its value is the owner, when the term began (the host's clock:
 //! etcd keeps none) and, once it ended, when and how. Read back newest first (sorted by create
 //! revision, [`HISTORY_KEPT`] at most); a won campaign deletes the entries beyond that, in the
 //! background. A term's end ([`EtcdTerms::end_term`]) deletes its key and closes its entry in
@@ -35,10 +35,13 @@ const HISTORY: &str = "history";
 /// Tries of a term's end when its entry changed between the read and the write.
 const END_ATTEMPTS: usize = 4;
 
-/// An entry as stored (the token is its key's create revision).
+/// An entry as stored (the token is `base` plus its key's create revision).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct Stored {
     owner: String,
+    /// The token base its term's campaign compared (`super::tokens`).
+    #[serde(default)]
+    base: i64,
     started_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     ended_ms: Option<u64>,
@@ -49,7 +52,7 @@ struct Stored {
 /// One term of a job's history.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HistoryEntry {
-    /// The term's token (its key's create revision).
+    /// The term's token (the base its campaign compared plus its key's create revision).
     pub token: i64,
     /// Its owner (`node:uuid`).
     pub owner: String,
@@ -77,9 +80,10 @@ fn now_ms() -> u64 {
 }
 
 /// The operation that opens `owner`'s entry, for the campaign's transaction.
-pub(super) fn opening(job: &str, owner: &str) -> EtcdResult<TxnOp> {
+pub(super) fn opening(job: &str, owner: &str, base: i64) -> EtcdResult<TxnOp> {
     let stored = Stored {
         owner: owner.to_string(),
+        base,
         started_ms: now_ms(),
         ended_ms: None,
         end: None,
@@ -116,7 +120,7 @@ impl EtcdTerms {
             .filter_map(|kv| {
                 let s: Stored = serde_json::from_slice(kv.value()).ok()?;
                 Some(HistoryEntry {
-                    token: kv.create_revision(),
+                    token: s.base + kv.create_revision(),
                     owner: s.owner,
                     started_ms: s.started_ms,
                     ended_ms: s.ended_ms,
@@ -132,7 +136,7 @@ impl EtcdTerms {
     /// entry not yet closed is, and `released` is written `expired` (the term had lapsed).
     /// Whether the key was the term's.
     pub async fn end_term(&self, term: &EtcdTerm, how: &str) -> EtcdResult<bool> {
-        if term.token <= 0 {
+        if term.revision <= 0 {
             return Ok(false);
         }
         let key = lease_key(&term.job)?;
@@ -143,12 +147,12 @@ impl EtcdTerms {
             let entry = got
                 .kvs()
                 .first()
-                .filter(|kv| kv.create_revision() == term.token)
+                .filter(|kv| kv.create_revision() == term.revision)
                 .and_then(|kv| {
                     let s: Stored = serde_json::from_slice(kv.value()).ok()?;
                     Some((s, kv.mod_revision()))
                 });
-            let held = Compare::create_revision(key.clone(), CompareOp::Equal, term.token);
+            let held = Compare::create_revision(key.clone(), CompareOp::Equal, term.revision);
             let Some((mut stored, revision)) = entry else {
                 // No entry (trimmed, or of a host without one): the key alone.
                 let txn = Txn::new()
@@ -173,7 +177,9 @@ impl EtcdTerms {
             if reply.succeeded() {
                 return Ok(true);
             }
-            if holder_of(reply.op_responses()).is_some_and(|(_, token)| token == term.token) {
+            if holder_of(reply.op_responses())
+                .is_some_and(|(_, revision)| revision == term.revision)
+            {
                 // Still the term's: the entry changed meanwhile (another end of this term).
                 continue;
             }

@@ -21,8 +21,9 @@
 //! client (a host), shared by every term it wins, so one keep-alive renews them all
 //! ([`EtcdTerms::renew_all`]: a keep-alive and one read a heartbeat, one more read for each
 //! 128 terms beyond the first 126 at etcd's default `--max-txn-ops`). The
-//! key's create revision is the term's token: etcd's revisions only grow, so every later term
-//! of the job has a higher token, and no two terms share one. A fenced write
+//! term's token is the cluster's token base plus the key's create revision ([`tokens`]): etcd's
+//! revisions only grow and the base never falls, so every later term of the job has a higher
+//! token, and no two terms share one. A fenced write
 //! ([`EtcdTerms::write`]) is one transaction that applies only while the lease key still has
 //! the term's create revision: once the term's lease lapsed (a crashed or frozen holder, one
 //! cut off from the majority), was revoked or the key released, no write of that term applies,
@@ -36,10 +37,10 @@
 //! leader change gives every lease a full TTL again, so a crashed holder's lease outlives its
 //! TTL by as much as the cluster keeps changing leaders. Expired leases are revoked by a loop on
 //! etcd's leader (about every 500 ms), and a lapse counts only once that revoke is committed; no
-//! new term begins before it. Tokens are etcd revisions: small numbers that do not continue a
-//! Redis store's tokens (microseconds since the epoch), so a job moved between stores would need
-//! a base added (`docs/store-contract.md`); nothing here does that yet. Reads are linearizable
-//! (a quorum round each).
+//! new term begins before it. Tokens continue another store's (the Redis store's are
+//! microseconds since the epoch) only as far as the hosts' clocks agree, as [`tokens`] says; a
+//! database's fence that holds a higher one raises the base ([`EtcdTerms::raise_tokens`]).
+//! Reads are linearizable (a quorum round each).
 //!
 //! **Clock model.** etcd keeps no wall clock for leases: it counts a lease's TTL on its leader
 //! from the last keep-alive it received. The holder counts its term from before it sent the
@@ -56,6 +57,7 @@ mod history;
 mod notices;
 mod reads;
 mod terms;
+mod tokens;
 mod url;
 mod vacancy;
 
@@ -79,6 +81,8 @@ pub struct EtcdTerms {
     applied: Arc<Mutex<Option<(i64, Instant)>>>,
     /// The lease every term this client wins is attached to.
     host: Arc<Mutex<Option<terms::HostLease>>>,
+    /// The cluster's token base as this client last saw it ([`tokens`]).
+    base: Arc<Mutex<Option<i64>>>,
 }
 
 /// A term won by [`EtcdTerms::campaign`].
@@ -88,8 +92,10 @@ pub struct EtcdTerm {
     pub job: String,
     /// Who holds it.
     pub owner: String,
-    /// The lease key's create revision: the term's fencing token.
+    /// The term's fencing token: the cluster's token base ([`tokens`]) plus `revision`.
     pub token: i64,
+    /// The lease key's create revision: what the store compares to fence the term's writes.
+    pub revision: i64,
     /// The etcd lease the key is attached to.
     pub lease: i64,
     /// The lease's TTL as etcd granted it.
@@ -105,8 +111,8 @@ pub enum Campaign {
     Held {
         /// Its owner.
         owner: String,
-        /// Its token.
-        token: i64,
+        /// Its lease key's create revision.
+        revision: i64,
     },
 }
 
@@ -120,7 +126,7 @@ pub enum Fenced {
     },
     /// Refused, nothing written: the term no longer holds the job.
     Refused {
-        /// Who holds it now, if anyone (owner and token).
+        /// Who holds it now, if anyone (owner and lease key's create revision).
         holder: Option<(String, i64)>,
     },
 }
@@ -193,6 +199,7 @@ impl EtcdTerms {
             max_txn_ops: DEFAULT_MAX_TXN_OPS,
             applied: Arc::default(),
             host: Arc::default(),
+            base: Arc::default(),
         })
     }
 
@@ -217,12 +224,16 @@ async fn bounded<T>(limit: Duration, op: impl Future<Output = EtcdResult<T>>) ->
 /// The owner and create revision of the lease key a transaction's `get` returned.
 fn holder_of(replies: Vec<TxnOpResponse>) -> Option<(String, i64)> {
     replies.into_iter().find_map(|r| match r {
-        TxnOpResponse::Get(g) => g.kvs().first().map(|kv| {
-            (
-                String::from_utf8_lossy(kv.value()).into_owned(),
-                kv.create_revision(),
-            )
-        }),
+        TxnOpResponse::Get(g) => g
+            .kvs()
+            .first()
+            .filter(|kv| kv.key() != tokens::BASE.as_bytes())
+            .map(|kv| {
+                (
+                    String::from_utf8_lossy(kv.value()).into_owned(),
+                    kv.create_revision(),
+                )
+            }),
         _ => None,
     })
 }

@@ -6,10 +6,14 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 
+use super::tokens::{BASE, base_of, padded};
 use super::{
     Campaign, EtcdResult, EtcdTerm, EtcdTerms, Fenced, bounded, data_key, holder_of, lease_key,
     ttl_seconds,
 };
+
+/// Tries of a campaign whose token base changed between its read and the campaign.
+const BASE_ATTEMPTS: usize = 4;
 
 /// A client's lease for its terms.
 #[derive(Clone, Copy, Debug)]
@@ -61,57 +65,72 @@ impl EtcdTerms {
         lease: i64,
         granted_ttl: Duration,
     ) -> EtcdResult<Campaign> {
-        let key = key.to_string();
-        let mut c = self.client.clone();
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([
-                TxnOp::put(
-                    key.clone(),
-                    owner,
-                    Some(PutOptions::new().with_lease(lease)),
-                ),
-                // The term's entry in the job's history, created with it (`history`).
-                super::history::opening(job, owner)?,
-            ])
-            .or_else([TxnOp::get(key, None)]);
-        let reply = match bounded(self.timeout, c.txn(txn)).await {
-            Ok(r) => r,
-            Err(e) if lease_not_found(&e) => return Err(e),
-            Err(e) => {
-                let (me, job, owner) = (self.clone(), job.to_string(), owner.to_string());
+        // The token base the campaign believes is compared in its transaction: a won term's
+        // token is exactly that base plus its revision (`tokens`). A base changed meanwhile is
+        // read from the answer and the campaign tried again.
+        for _ in 0..BASE_ATTEMPTS {
+            let base = self.token_base().await?;
+            let key = key.to_string();
+            let mut c = self.client.clone();
+            let txn = Txn::new()
+                .when([
+                    Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+                    Compare::value(BASE, CompareOp::Equal, padded(base)),
+                ])
+                .and_then([
+                    TxnOp::put(
+                        key.clone(),
+                        owner,
+                        Some(PutOptions::new().with_lease(lease)),
+                    ),
+                    // The term's entry in the job's history, created with it (`history`).
+                    super::history::opening(job, owner, base)?,
+                ])
+                .or_else([TxnOp::get(key, None), TxnOp::get(BASE, None)]);
+            let reply = match bounded(self.timeout, c.txn(txn)).await {
+                Ok(r) => r,
+                Err(e) if lease_not_found(&e) => return Err(e),
+                Err(e) => {
+                    let (me, job, owner) = (self.clone(), job.to_string(), owner.to_string());
+                    tokio::spawn(async move {
+                        let _ = me.release_owner(&job, &owner).await;
+                    });
+                    return Err(e);
+                }
+            };
+            if reply.succeeded() {
+                // The key was created by this transaction (its one write): its create revision
+                // is the transaction's revision.
+                let revision = reply.header().map_or(0, |h| h.revision());
+                if revision <= 0 {
+                    return Err(etcd_client::Error::InvalidArgs(
+                        "etcd answered a campaign without its revision".into(),
+                    ));
+                }
+                let me = self.clone();
+                let trimmed = job.to_string();
                 tokio::spawn(async move {
-                    let _ = me.release_owner(&job, &owner).await;
+                    let _ = me.trim_history(&trimmed).await;
                 });
-                return Err(e);
+                return Ok(Campaign::Won(EtcdTerm {
+                    job: job.to_string(),
+                    owner: owner.to_string(),
+                    token: base + revision,
+                    revision,
+                    lease,
+                    ttl: granted_ttl,
+                }));
             }
-        };
-        if reply.succeeded() {
-            // The key was created by this transaction (its one write): its create revision is
-            // the transaction's revision.
-            let token = reply.header().map_or(0, |h| h.revision());
-            if token <= 0 {
-                return Err(etcd_client::Error::InvalidArgs(
-                    "etcd answered a campaign without its revision".into(),
-                ));
+            let replies = reply.op_responses();
+            if let Some((owner, revision)) = holder_of(replies.clone()) {
+                return Ok(Campaign::Held { owner, revision });
             }
-            let me = self.clone();
-            let trimmed = job.to_string();
-            tokio::spawn(async move {
-                let _ = me.trim_history(&trimmed).await;
-            });
-            return Ok(Campaign::Won(EtcdTerm {
-                job: job.to_string(),
-                owner: owner.to_string(),
-                token,
-                lease,
-                ttl: granted_ttl,
-            }));
+            // The job is free: the base is not the one believed.
+            self.learn_base(base_of(&replies)?);
         }
-        // The compare failed because the key existed, and the `get` ran in the same
-        // transaction: it found the key.
-        let (owner, token) = holder_of(reply.op_responses()).unwrap_or_default();
-        Ok(Campaign::Held { owner, token })
+        Err(etcd_client::Error::InvalidArgs(format!(
+            "{BASE} kept changing: no campaign for {job} in {BASE_ATTEMPTS} tries"
+        )))
     }
 
     /// Renews `term`'s lease once: whether the term still holds the job.
@@ -185,8 +204,8 @@ impl EtcdTerms {
 
     /// Writes `value` under the job's `key`, fenced: applied only while `term` holds the job.
     pub async fn write(&self, term: &EtcdTerm, key: &str, value: &[u8]) -> EtcdResult<Fenced> {
-        if term.token <= 0 {
-            // No term has token 0: compared with a key that does not exist, it would match.
+        if term.revision <= 0 {
+            // No term has revision 0: compared with a key that does not exist, it would match.
             return Ok(Fenced::Refused { holder: None });
         }
         let mut c = self.client.clone();
@@ -195,7 +214,7 @@ impl EtcdTerms {
             .when([Compare::create_revision(
                 lease.clone(),
                 CompareOp::Equal,
-                term.token,
+                term.revision,
             )])
             .and_then([TxnOp::put(data_key(&term.job, key)?, value, None)])
             .or_else([TxnOp::get(lease, None)]);
@@ -217,7 +236,7 @@ impl EtcdTerms {
         Ok(got.kvs().first().map(|kv| kv.value().to_vec()))
     }
 
-    /// Who holds `job` now (owner and token), if anyone.
+    /// Who holds `job` now (owner and its lease key's create revision), if anyone.
     pub async fn holder(&self, job: &str) -> EtcdResult<Option<(String, i64)>> {
         let mut c = self.client.clone();
         let got = bounded(
