@@ -199,6 +199,22 @@ impl EtcdCluster {
         }
     }
 
+    /// Starts member `i` again after [`EtcdCluster::kill`], on its ports and its data (it
+    /// rejoins the cluster), and waits up to `within` until every running member is healthy;
+    /// panics with the logs if they are not.
+    pub async fn restart(&mut self, i: usize, within: Duration) {
+        assert!(
+            self.members[i].child.is_none(),
+            "etcd member {i} is running"
+        );
+        self.spawn(i);
+        assert!(
+            self.wait_healthy(within).await,
+            "etcd member {i} did not rejoin within {within:?}:\n{}",
+            self.logs()
+        );
+    }
+
     /// Freezes member `i` (SIGSTOP): its peers see it gone, its clients get no answer.
     pub fn pause(&self, i: usize) {
         self.signal(i, "-STOP");

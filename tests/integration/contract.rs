@@ -586,7 +586,7 @@ async fn woken(notice: &Notice, limit: Duration) -> bool {
 }
 
 /// The last payload `notice` kept.
-fn payload(notice: &Notice) -> String {
+pub(crate) fn payload(notice: &Notice) -> String {
     notice
         .payload
         .as_ref()

@@ -5,7 +5,8 @@
 //! does not end it. And with etcd's authentication on, a host's user whose role may read and
 //! write only the prefix `lh/` runs every store operation, named by an `etcd://` URL; over TLS
 //! (`etcds://`) a cluster requiring client certificates is served, and refused without them, an
-//! untrusted cluster refused. What every store must do without faults is in `contract.rs`.
+//! untrusted cluster refused. The host's one watch goes on through each member killed in turn,
+//! missing no notice. What every store must do without faults is in `contract.rs`.
 
 use std::time::Duration;
 
@@ -329,6 +330,77 @@ async fn etcds_verifies_the_cluster_and_offers_the_client_certificate_it_require
             let refused = EtcdTerms::connect_url(&url, REQUEST).await;
             assert!(refused.is_err(), "connected {why}");
         }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_hosts_one_watch_resumes_on_another_member_without_missing_a_notice() {
+    deadline(Duration::from_secs(240), async {
+        let mut cluster = EtcdCluster::start(3).await;
+        let endpoints = cluster.endpoints();
+        let (listener, sender) = (client(&endpoints).await, client(&endpoints).await);
+        let notices: ReleaseNotices = Default::default();
+        let runner = Notice::with_payload();
+        notices.lock().unwrap().insert(
+            NoticeFor::Runner.channel(&JobKeys::new("billing")),
+            runner.clone(),
+        );
+        let heard = |what: String| {
+            let runner = runner.clone();
+            async move {
+                poll_until(
+                    &format!("the notice {what:?} heard"),
+                    Duration::from_secs(30),
+                    Duration::from_millis(20),
+                    || {
+                        let heard = crate::contract::payload(&runner) == what;
+                        async move { heard.then_some(()) }
+                    },
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            }
+        };
+        let stop = tokio_util::sync::CancellationToken::new();
+        let checks = async {
+            // Up once a notice sent after its start is heard.
+            poll_until(
+                "the watch open",
+                Duration::from_secs(30),
+                Duration::ZERO,
+                || {
+                    let (sender, runner) = (&sender, &runner);
+                    async move {
+                        answered("a notice", || {
+                            sender.notify("billing", NoticeFor::Runner, "up")
+                        })
+                        .await;
+                        tokio::time::timeout(Duration::from_millis(200), runner.wake.notified())
+                            .await
+                            .ok()
+                    }
+                },
+            )
+            .await
+            .unwrap();
+            // Each member killed in turn (and started again): the watch is on one of them, so
+            // at least one kill breaks it. A notice sent right after each kill, while a broken
+            // watch is being opened again, is heard: the watch resumes from the revision after
+            // the last event it delivered, on a member still there.
+            for i in 0..3 {
+                cluster.kill(i);
+                let what = format!("after member {i} was killed");
+                answered("a notice", || {
+                    sender.notify("billing", NoticeFor::Runner, &what)
+                })
+                .await;
+                heard(what).await;
+                cluster.restart(i, Duration::from_secs(60)).await;
+            }
+            stop.cancel();
+        };
+        tokio::join!(listener.listen(notices.clone(), stop.clone()), checks);
     })
     .await;
 }

@@ -17,8 +17,9 @@
 //! at the lease's expiry). A watch that broke is opened again from the revision after the last
 //! event it delivered, so no event in between is missed; when that revision was compacted away,
 //! the watch starts from the present and every registered notice is woken once, so that what
-//! may have been missed is looked at again (the resume and the compaction path are untested:
-//! the contract tests cover an unbroken watch). **Non-guarantees.** While no watch is open (etcd
+//! may have been missed is looked at again (the resume is tested in `tests/integration/etcd.rs`:
+//! each member killed in turn, a notice sent right after each kill is still heard; the
+//! compaction path is untested). **Non-guarantees.** While no watch is open (etcd
 //! unreachable, a member without a leader), nothing is woken: followers fall back to their
 //! heartbeat's look at the term, runners and workers to their polls, as on Redis. Notice keys
 //! live on a shared short lease (60–90 s), so an old notice is not kept. **Cost.** Every host
