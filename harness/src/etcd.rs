@@ -279,6 +279,23 @@ impl EtcdCluster {
         total
     }
 
+    /// The running member that is etcd's leader now (`etcd_server_is_leader 1` in its
+    /// `/metrics`), if one says so.
+    pub async fn leader(&self) -> Option<usize> {
+        for i in 0..self.members.len() {
+            if self.members[i].child.is_none() {
+                continue;
+            }
+            let Some(got) = self.get(i, "/metrics", Duration::from_secs(5)).await else {
+                continue;
+            };
+            if got.lines().any(|l| l.trim() == "etcd_server_is_leader 1") {
+                return Some(i);
+            }
+        }
+        None
+    }
+
     /// Waits up to `within` until every running member is healthy; false at once when a member
     /// exited (a port taken by another process meanwhile).
     pub async fn wait_healthy(&mut self, within: Duration) -> bool {
