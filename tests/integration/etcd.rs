@@ -6,7 +6,7 @@
 //! write only the prefix `lh/` runs every store operation, named by an `etcd://` URL; over TLS
 //! (`etcds://`) a cluster requiring client certificates is served, and refused without them, an
 //! untrusted cluster refused. The host's one watch goes on through each member killed in turn,
-//! missing no notice. What every store must do without faults is in `contract.rs`.
+//! missing no notice; cut off past a compaction, it wakes everyone to look again. What every store must do without faults is in `contract.rs`.
 
 use std::time::Duration;
 
@@ -16,6 +16,7 @@ use leasehold::store::keys::JobKeys;
 use leasehold_harness::{EtcdCluster, TestCa, poll_until};
 
 use crate::harness::*;
+use crate::proxy::{Fault, FaultProxy};
 
 /// Requests answer within this, or fail.
 const REQUEST: Duration = Duration::from_secs(5);
@@ -408,6 +409,105 @@ async fn the_hosts_one_watch_resumes_on_another_member_without_missing_a_notice(
                 heard(what).await;
                 cluster.restart(i, Duration::from_secs(60)).await;
             }
+            stop.cancel();
+        };
+        tokio::join!(listener.listen(notices.clone(), stop.clone()), checks);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_hosts_one_watch_cut_off_past_a_compaction_wakes_everyone_to_look_again() {
+    deadline(Duration::from_secs(120), async {
+        let cluster = EtcdCluster::start(3).await;
+        let endpoints = cluster.endpoints();
+        // The listener reaches member 0 only, through a proxy that can cut it off.
+        let port: u16 = endpoints[0].rsplit(':').next().unwrap().parse().unwrap();
+        let proxy = FaultProxy::start(port).await;
+        let through = vec![format!("http://127.0.0.1:{}", proxy.port)];
+        let (listener, sender) = (client(&through).await, client(&endpoints).await);
+        let notices: ReleaseNotices = Default::default();
+        let runner = Notice::with_payload();
+        notices.lock().unwrap().insert(
+            NoticeFor::Runner.channel(&JobKeys::new("billing")),
+            runner.clone(),
+        );
+        let woken = |limit: Duration| {
+            let runner = runner.clone();
+            async move {
+                tokio::time::timeout(limit, runner.wake.notified())
+                    .await
+                    .is_ok()
+            }
+        };
+        let stop = tokio_util::sync::CancellationToken::new();
+        let checks = async {
+            poll_until(
+                "the watch open",
+                Duration::from_secs(30),
+                Duration::ZERO,
+                || {
+                    let sender = &sender;
+                    async move {
+                        answered("a notice", || {
+                            sender.notify("billing", NoticeFor::Runner, "up")
+                        })
+                        .await;
+                        woken(Duration::from_millis(200)).await.then_some(())
+                    }
+                },
+            )
+            .await
+            .unwrap();
+            // Cut off: the watch hears nothing. Meanwhile a notice is sent, and the cluster's
+            // history compacted past it, so the watch cannot resume from where it stopped.
+            proxy.set(Fault::Blackhole);
+            woken(Duration::from_millis(300)).await; // a wake-up left from the polls above
+            answered("a notice while cut off", || {
+                sender.notify("billing", NoticeFor::Runner, "missed")
+            })
+            .await;
+            let mut raw = etcd_client::Client::connect(&endpoints, None)
+                .await
+                .unwrap();
+            let revision = raw
+                .put("compaction-marker", "x", None)
+                .await
+                .unwrap()
+                .header()
+                .unwrap()
+                .revision();
+            raw.compact(
+                revision,
+                Some(etcd_client::CompactionOptions::new().with_physical()),
+            )
+            .await
+            .unwrap();
+            // Healed (the cut connections reset): the watch, refused its revision, starts from
+            // the present and wakes every registered notice once, with no payload of the
+            // notice it could not see.
+            proxy.set(Fault::None);
+            assert!(
+                woken(Duration::from_secs(30)).await,
+                "a watch resumed past a compaction wakes everyone"
+            );
+            assert_eq!(crate::contract::payload(&runner), "up");
+            // And it hears what comes next.
+            answered("a notice after", || {
+                sender.notify("billing", NoticeFor::Runner, "after")
+            })
+            .await;
+            poll_until(
+                "the notice after heard",
+                Duration::from_secs(30),
+                Duration::from_millis(20),
+                || {
+                    let heard = crate::contract::payload(&runner) == "after";
+                    async move { heard.then_some(()) }
+                },
+            )
+            .await
+            .unwrap();
             stop.cancel();
         };
         tokio::join!(listener.listen(notices.clone(), stop.clone()), checks);

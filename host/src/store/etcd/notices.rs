@@ -16,10 +16,11 @@
 //! **Guarantees.** A lapse wakes followers too (on Redis only a release does; a lapse is noticed
 //! at the lease's expiry). A watch that broke is opened again from the revision after the last
 //! event it delivered, so no event in between is missed; when that revision was compacted away,
-//! the watch starts from the present and every registered notice is woken once, so that what
-//! may have been missed is looked at again (the resume is tested in `tests/integration/etcd.rs`:
-//! each member killed in turn, a notice sent right after each kill is still heard; the
-//! compaction path is untested). **Non-guarantees.** While no watch is open (etcd
+//! the watch resumes from the oldest revision etcd still keeps and every registered notice is
+//! woken once, so that what may have been missed before it is looked at again. Both tested in
+//! `tests/integration/etcd.rs`: each member killed in turn, a notice sent right after each kill
+//! is still heard; a watch cut off past a compaction wakes everyone, then hears the next
+//! notice. **Non-guarantees.** While no watch is open (etcd
 //! unreachable, a member without a leader), nothing is woken: followers fall back to their
 //! heartbeat's look at the term, runners and workers to their polls, as on Redis. Notice keys
 //! live on a shared short lease (60–90 s), so an old notice is not kept. **Cost.** Every host
@@ -134,9 +135,10 @@ impl EtcdTerms {
         }
         while let Some(answer) = stream.message().await? {
             if answer.compact_revision() > 0 {
-                // The revision to resume from is gone: start from the present, and let everyone
-                // look again at what they may have missed.
-                *next = None;
+                // The revision to resume from is gone: resume from the oldest one etcd still
+                // keeps (nothing after it is missed), and let everyone look again at what they
+                // may have missed before it.
+                *next = Some(answer.compact_revision());
                 wake_all(notices);
                 return Ok(());
             }
