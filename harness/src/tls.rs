@@ -56,23 +56,7 @@ impl TestCa {
             "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
         )
         .unwrap();
-        openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.crt",
-            "-days",
-            "2",
-            "-extfile",
-            "san.ext",
-        ]);
+        sign(&dir, "server.csr", "server.crt", "san.ext");
         TestCa {
             ca: dir.join("ca.crt"),
             cert: dir.join("server.crt"),
@@ -98,28 +82,34 @@ impl TestCa {
             ],
         );
         std::fs::write(self.dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
-        openssl(
-            &self.dir,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                "ca.crt",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                &cert,
-                "-days",
-                "2",
-                "-extfile",
-                "client.ext",
-            ],
-        );
+        sign(&self.dir, &csr, &cert, "client.ext");
         (self.dir.join(&cert), self.dir.join(&key))
     }
+}
+
+/// Signs the request `csr` with the CA in `dir` (valid two days, with the extensions in
+/// `ext`) into `cert`.
+fn sign(dir: &TempDir, csr: &str, cert: &str, ext: &str) {
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            csr,
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            cert,
+            "-days",
+            "2",
+            "-extfile",
+            ext,
+        ],
+    );
 }
 
 /// Runs `openssl args` in `dir`; panics with its message if it fails.

@@ -58,6 +58,35 @@ async fn wins_within(
     .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// A listener's registrations with one notice, for `job`'s runner (it keeps the payload).
+fn runner_notices(job: &str) -> (ReleaseNotices, Notice) {
+    let notices: ReleaseNotices = Default::default();
+    let runner = Notice::with_payload();
+    notices.lock().unwrap().insert(
+        NoticeFor::Runner.channel(&JobKeys::new(job)),
+        runner.clone(),
+    );
+    (notices, runner)
+}
+
+/// Waits until a listener's watch is open: a notice `up` for `job`'s runner, sent by `sender`
+/// after the listener started, wakes `runner` (one sent before the watch opened is not heard).
+async fn watch_open(sender: &EtcdTerms, runner: &Notice, job: &str) {
+    poll_until(
+        "the watch open",
+        Duration::from_secs(30),
+        Duration::ZERO,
+        || async move {
+            answered("a notice", || sender.notify(job, NoticeFor::Runner, "up")).await;
+            tokio::time::timeout(Duration::from_millis(200), runner.wake.notified())
+                .await
+                .ok()
+        },
+    )
+    .await
+    .unwrap();
+}
+
 #[tokio::test]
 async fn a_holder_cut_off_with_a_minority_member_cannot_renew_and_the_majority_moves_on() {
     deadline(Duration::from_secs(120), async {
@@ -243,33 +272,10 @@ async fn a_user_allowed_only_the_lh_prefix_runs_the_store_with_authentication_on
                 .len(),
             1
         );
-        let notices: ReleaseNotices = Default::default();
-        let runner = Notice::with_payload();
-        notices.lock().unwrap().insert(
-            NoticeFor::Runner.channel(&JobKeys::new("billing")),
-            runner.clone(),
-        );
+        let (notices, runner) = runner_notices("billing");
         let stop = tokio_util::sync::CancellationToken::new();
         let heard = async {
-            poll_until(
-                "a notice heard through the watch",
-                Duration::from_secs(30),
-                Duration::ZERO,
-                || {
-                    let (a, runner) = (&a, &runner);
-                    async move {
-                        answered("a notice", || {
-                            a.notify("billing", NoticeFor::Runner, "request")
-                        })
-                        .await;
-                        tokio::time::timeout(Duration::from_millis(200), runner.wake.notified())
-                            .await
-                            .ok()
-                    }
-                },
-            )
-            .await
-            .unwrap();
+            watch_open(&a, &runner, "billing").await;
             stop.cancel();
         };
         tokio::join!(a.listen(notices.clone(), stop.clone()), heard);
@@ -351,12 +357,7 @@ async fn the_hosts_one_watch_resumes_on_another_member_without_missing_a_notice(
         let mut cluster = EtcdCluster::start(3).await;
         let endpoints = cluster.endpoints();
         let (listener, sender) = (client(&endpoints).await, client(&endpoints).await);
-        let notices: ReleaseNotices = Default::default();
-        let runner = Notice::with_payload();
-        notices.lock().unwrap().insert(
-            NoticeFor::Runner.channel(&JobKeys::new("billing")),
-            runner.clone(),
-        );
+        let (notices, runner) = runner_notices("billing");
         let heard = |what: String| {
             let runner = runner.clone();
             async move {
@@ -375,26 +376,7 @@ async fn the_hosts_one_watch_resumes_on_another_member_without_missing_a_notice(
         };
         let stop = tokio_util::sync::CancellationToken::new();
         let checks = async {
-            // Up once a notice sent after its start is heard.
-            poll_until(
-                "the watch open",
-                Duration::from_secs(30),
-                Duration::ZERO,
-                || {
-                    let (sender, runner) = (&sender, &runner);
-                    async move {
-                        answered("a notice", || {
-                            sender.notify("billing", NoticeFor::Runner, "up")
-                        })
-                        .await;
-                        tokio::time::timeout(Duration::from_millis(200), runner.wake.notified())
-                            .await
-                            .ok()
-                    }
-                },
-            )
-            .await
-            .unwrap();
+            watch_open(&sender, &runner, "billing").await;
             // Each member killed in turn (and started again): the watch is on one of them, so
             // at least one kill breaks it. A notice sent right after each kill, while a broken
             // watch is being opened again, is heard: the watch resumes from the revision after
@@ -426,12 +408,7 @@ async fn the_hosts_one_watch_cut_off_past_a_compaction_wakes_everyone_to_look_ag
         let proxy = FaultProxy::start(port).await;
         let through = vec![format!("http://127.0.0.1:{}", proxy.port)];
         let (listener, sender) = (client(&through).await, client(&endpoints).await);
-        let notices: ReleaseNotices = Default::default();
-        let runner = Notice::with_payload();
-        notices.lock().unwrap().insert(
-            NoticeFor::Runner.channel(&JobKeys::new("billing")),
-            runner.clone(),
-        );
+        let (notices, runner) = runner_notices("billing");
         let woken = |limit: Duration| {
             let runner = runner.clone();
             async move {
@@ -442,23 +419,7 @@ async fn the_hosts_one_watch_cut_off_past_a_compaction_wakes_everyone_to_look_ag
         };
         let stop = tokio_util::sync::CancellationToken::new();
         let checks = async {
-            poll_until(
-                "the watch open",
-                Duration::from_secs(30),
-                Duration::ZERO,
-                || {
-                    let sender = &sender;
-                    async move {
-                        answered("a notice", || {
-                            sender.notify("billing", NoticeFor::Runner, "up")
-                        })
-                        .await;
-                        woken(Duration::from_millis(200)).await.then_some(())
-                    }
-                },
-            )
-            .await
-            .unwrap();
+            watch_open(&sender, &runner, "billing").await;
             // Cut off: the watch hears nothing. Meanwhile a notice is sent, and the cluster's
             // history compacted past it, so the watch cannot resume from where it stopped.
             proxy.set(Fault::Blackhole);
