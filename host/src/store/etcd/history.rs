@@ -177,7 +177,7 @@ impl EtcdTerms {
             if reply.succeeded() {
                 return Ok(true);
             }
-            if holder_of(reply.op_responses())
+            if holder_of(&reply.op_responses())
                 .is_some_and(|(_, revision)| revision == term.revision)
             {
                 // Still the term's: the entry changed meanwhile (another end of this term).

@@ -14,7 +14,8 @@
 //! of its own, `lh/<job>/<set>/<member>`. Its term key and its notices are apart from them,
 //! under one prefix for all jobs (`lh/{jobs}/lease/<job>`, `lh/{jobs}/notify/<job>`,
 //! `lh/{jobs}/work/<job>`), so one watch per host hears them all and no guest write
-//! ([`notices`]); members are `lh/{members}/<node>` ([`beat`]).
+//! ([`notices`]); members are `lh/{members}/<node>` ([`beat`]); the cluster's token base is
+//! `lh/{tokens}/base` ([`tokens`]).
 //!
 //! **Guarantees.** A term is the key `lh/{jobs}/lease/<job>`, created only if absent (a transaction
 //! comparing its create revision with 0) and attached to its client's etcd lease: one lease per
@@ -222,8 +223,8 @@ async fn bounded<T>(limit: Duration, op: impl Future<Output = EtcdResult<T>>) ->
 }
 
 /// The owner and create revision of the lease key a transaction's `get` returned.
-fn holder_of(replies: Vec<TxnOpResponse>) -> Option<(String, i64)> {
-    replies.into_iter().find_map(|r| match r {
+fn holder_of(replies: &[TxnOpResponse]) -> Option<(String, i64)> {
+    replies.iter().find_map(|r| match r {
         TxnOpResponse::Get(g) => g
             .kvs()
             .first()

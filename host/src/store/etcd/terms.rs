@@ -122,7 +122,7 @@ impl EtcdTerms {
                 }));
             }
             let replies = reply.op_responses();
-            if let Some((owner, revision)) = holder_of(replies.clone()) {
+            if let Some((owner, revision)) = holder_of(&replies) {
                 return Ok(Campaign::Held { owner, revision });
             }
             // The job is free: the base is not the one believed.
@@ -225,7 +225,7 @@ impl EtcdTerms {
             });
         }
         Ok(Fenced::Refused {
-            holder: holder_of(reply.op_responses()),
+            holder: holder_of(&reply.op_responses()),
         })
     }
 

@@ -79,18 +79,14 @@ impl EtcdTerms {
             return Ok(base);
         }
         let mut c = self.client.clone();
+        let ours = now_micros();
         let txn = Txn::new()
             .when([Compare::create_revision(BASE, CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(BASE, padded(now_micros()), None)])
+            .and_then([TxnOp::put(BASE, padded(ours), None)])
             .or_else([TxnOp::get(BASE, None)]);
         let reply = bounded(self.timeout, c.txn(txn)).await?;
         let base = if reply.succeeded() {
-            // Ours: read it back as stored (one more request, once per client).
-            let got = bounded(self.timeout, c.get(BASE, None)).await?;
-            match got.kvs().first() {
-                Some(kv) => parse(kv.value())?,
-                None => return Err(etcd_client::Error::InvalidArgs(format!("{BASE} vanished"))),
-            }
+            ours
         } else {
             base_of(reply.op_responses().as_slice())?
                 .ok_or_else(|| etcd_client::Error::InvalidArgs(format!("{BASE} vanished")))?
