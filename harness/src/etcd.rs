@@ -185,6 +185,16 @@ impl EtcdCluster {
         (0..self.members.len()).map(|i| self.endpoint(i)).collect()
     }
 
+    /// The cluster as a Leasehold store URL: `etcd://127.0.0.1:PORT,…` (plain members only:
+    /// a TLS cluster's URL needs its certificates' paths).
+    pub fn url(&self) -> String {
+        assert!(self.tls.is_none(), "a TLS cluster's URL names its certificates");
+        let members: Vec<String> = (0..self.members.len())
+            .map(|i| format!("127.0.0.1:{}", self.members[i].client_port))
+            .collect();
+        format!("etcd://{}", members.join(","))
+    }
+
     /// Member `i`'s client URL.
     pub fn endpoint(&self, i: usize) -> String {
         let scheme = if self.tls.is_some() { "https" } else { "http" };

@@ -15,10 +15,9 @@ use leasehold::coord::members::{MemberInfo, Members};
 use leasehold::coord::notices::{Notice, NoticeFor, ReleaseNotices};
 use leasehold::coord::quota::Quota;
 use leasehold::coord::term_store::{
-    Campaign, Collection, RedisTerms, StoreTerm, TermStore, Written, Wrote,
+    Campaign, Collection, Store, StoreTerm, TermStore, Written, Wrote,
 };
 use leasehold::coord::terms::{KEPT, TermEnd};
-use leasehold::store::etcd::EtcdTerms;
 use leasehold::store::keys::JobKeys;
 use leasehold_harness::{EtcdCluster, poll_until};
 
@@ -714,20 +713,31 @@ async fn tokens_raised<S: TermStore>(a: &S, b: &S) {
     assert!(tb.token > ta2.token + 1_000_000_000);
 }
 
-async fn redis_client(redis: &RedisServer) -> RedisTerms {
-    RedisTerms::connect(redis.client())
+/// A client of the store `url` names, as the host opens one ([`Store::open`]): every test
+/// below goes through the same type whichever store it runs on.
+async fn store_client(url: &str) -> Store {
+    let store = Store::open(url, Duration::from_secs(5))
         .await
-        .expect("a connection to Redis")
+        .expect("a connection to the store");
+    let redis = url.starts_with("redis://");
+    assert!(
+        matches!((&store, redis), (Store::Redis(_), true) | (Store::Etcd(_), false)),
+        "{url} opened the other store"
+    );
+    store
 }
 
-async fn redis_pair(redis: &RedisServer) -> (RedisTerms, RedisTerms) {
+async fn redis_client(redis: &RedisServer) -> Store {
+    store_client(&redis.url()).await
+}
+
+async fn redis_pair(redis: &RedisServer) -> (Store, Store) {
     (redis_client(redis).await, redis_client(redis).await)
 }
 
-async fn etcd_pair(cluster: &EtcdCluster) -> (EtcdTerms, EtcdTerms) {
-    let endpoints = cluster.endpoints();
-    let connect = || EtcdTerms::connect(&endpoints, Duration::from_secs(5));
-    (connect().await.unwrap(), connect().await.unwrap())
+async fn etcd_pair(cluster: &EtcdCluster) -> (Store, Store) {
+    let url = cluster.url();
+    (store_client(&url).await, store_client(&url).await)
 }
 
 #[tokio::test]

@@ -42,9 +42,11 @@ use crate::coord::notices::{NoticeFor, ReleaseNotices};
 use crate::coord::terms::{TermEnd, TermRecord};
 use tokio_util::sync::CancellationToken;
 
+mod any;
 mod etcd;
 mod redis;
 
+pub use any::{Store, names_etcd};
 pub use redis::RedisTerms;
 
 /// A term a store granted.

@@ -1,9 +1,9 @@
 //! The Redis store behind [`TermStore`]: the host's own scripts ([`crate::coord::lease`], the
-//! fenced write).
+//! fenced write) over the host's own connection ([`Conn`]: one node, a Sentinel service's
+//! primary or a Cluster) and its notice subscriptions ([`PubSubSource`]).
 
 use futures_util::StreamExt;
 use redis::AsyncCommands;
-use redis::aio::MultiplexedConnection;
 
 use super::{Campaign, Collection, StoreTerm, TermStore, Written, Wrote};
 use crate::coord::checks::FenceError;
@@ -13,23 +13,42 @@ use crate::coord::members::{self, MemberInfo, Members};
 use crate::coord::notices::{NoticeFor, ReleaseNotices};
 use crate::coord::terms::{self, TermEnd, TermRecord};
 use crate::store::keys::JobKeys;
+use crate::store::{Conn, PubSubSource};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-/// Terms on one Redis node, through the host's own scripts (over a plain connection, not the
-/// host's [`crate::store::Conn`]: no Cluster or Sentinel here yet).
+/// Terms on Redis, through the host's own scripts and connection.
 #[derive(Clone)]
 pub struct RedisTerms {
-    conn: MultiplexedConnection,
-    /// For the subscriptions of [`TermStore::await_vacancy`] (a connection of their own each).
-    client: redis::Client,
+    conn: Conn,
+    /// Where [`TermStore::await_vacancy`] and [`TermStore::listen`] subscribe (a connection of
+    /// their own each).
+    notices: PubSubSource,
+    /// How long a subscription may take to open.
+    timeout: Duration,
 }
 
 impl RedisTerms {
-    /// Terms on the Redis `client` names, over one multiplexed connection.
-    pub async fn connect(client: redis::Client) -> redis::RedisResult<Self> {
-        let conn = client.get_multiplexed_async_connection().await?;
-        Ok(RedisTerms { conn, client })
+    /// Terms over `conn`, subscribing through `notices` within `timeout`.
+    pub fn new(conn: Conn, notices: PubSubSource, timeout: Duration) -> Self {
+        RedisTerms {
+            conn,
+            notices,
+            timeout,
+        }
+    }
+
+    /// Terms on the Redis `url` names (any URL the host takes: a node, `redis+sentinel://`, a
+    /// Cluster's seeds), every call answered within `timeout` or failed.
+    pub async fn open(url: &str, timeout: Duration) -> anyhow::Result<Self> {
+        let notices = crate::store::pubsub_clients(url)?;
+        let conn = Conn::connect(url, timeout, Some(timeout)).await?;
+        Ok(RedisTerms::new(conn, notices, timeout))
+    }
+
+    /// The connection (for what the seam does not carry yet).
+    pub fn conn(&self) -> &Conn {
+        &self.conn
     }
 }
 
@@ -61,13 +80,27 @@ impl TermStore for RedisTerms {
     }
 
     async fn renew_all(&self, terms: &[StoreTerm]) -> anyhow::Result<Vec<bool>> {
-        // One renewal script each, pipelined on the one connection (the host's heartbeat sends
-        // them in its batch: one round trip per Redis node).
-        let renewals = terms.iter().map(|t| self.renew(t));
-        futures_util::future::join_all(renewals)
-            .await
-            .into_iter()
-            .collect()
+        // One renewal script each, in one batch: one round trip per Redis node. Terms of
+        // different lengths go in a batch each.
+        let mut out = vec![false; terms.len()];
+        let mut ttls: Vec<Duration> = terms.iter().map(|t| t.ttl).collect();
+        ttls.sort();
+        ttls.dedup();
+        for ttl in ttls {
+            let (at, keys): (Vec<usize>, Vec<JobKeys>) = terms
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| t.ttl == ttl)
+                .map(|(i, t)| (i, JobKeys::new(&t.job)))
+                .unzip();
+            let owners = at.iter().map(|&i| terms[i].owner.as_str());
+            let renewed =
+                lease::renew_many(&mut self.conn.clone(), keys.iter().zip(owners), ttl).await;
+            for (i, r) in at.into_iter().zip(renewed) {
+                out[i] = r?;
+            }
+        }
+        Ok(out)
     }
 
     async fn register(
@@ -178,7 +211,8 @@ impl TermStore for RedisTerms {
         // heard. A lapse publishes nothing; the lease's PTTL says when to read it again.
         let keys = JobKeys::new(job);
         let until = Instant::now() + limit;
-        let mut pubsub = self.client.get_async_pubsub().await?;
+        let client = self.notices.client(0, self.timeout).await?;
+        let mut pubsub = client.get_async_pubsub().await?;
         pubsub.subscribe(keys.released_channel()).await?;
         let mut released = pubsub.on_message();
         loop {
@@ -220,7 +254,7 @@ impl TermStore for RedisTerms {
 
     async fn listen(&self, notices: ReleaseNotices, stop: CancellationToken) {
         crate::coord::notices::listen_for_releases(
-            crate::store::PubSubSource::Nodes(vec![self.client.clone()]),
+            self.notices.clone(),
             notices,
             stop,
         )

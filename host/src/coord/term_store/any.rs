@@ -1,0 +1,166 @@
+//! [`Store`]: the store a URL names, Redis or etcd, behind [`TermStore`] as one type, so that
+//! what holds a store does not choose between them (the contract suite runs through it).
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio_util::sync::CancellationToken;
+
+use super::{Campaign, Collection, RedisTerms, StoreTerm, TermStore, Written, Wrote};
+use crate::coord::fence::TermWrite;
+use crate::coord::members::{MemberInfo, Members};
+use crate::coord::notices::{NoticeFor, ReleaseNotices};
+use crate::coord::terms::{TermEnd, TermRecord};
+use crate::store::etcd::EtcdTerms;
+
+/// A store: Redis (a node, a Sentinel service, a Cluster) or an etcd cluster.
+#[derive(Clone)]
+pub enum Store {
+    /// Redis, through the host's own scripts.
+    Redis(RedisTerms),
+    /// An etcd cluster ([`crate::store::etcd`]).
+    Etcd(EtcdTerms),
+}
+
+/// Whether `url` names an etcd cluster (`etcd://`, `etcds://`) rather than Redis.
+pub fn names_etcd(url: &str) -> bool {
+    let scheme = url.split("://").next().unwrap_or("");
+    scheme.eq_ignore_ascii_case("etcd") || scheme.eq_ignore_ascii_case("etcds")
+}
+
+impl Store {
+    /// Connects to the store `url` names: `etcd://` and `etcds://` an etcd cluster, every other
+    /// scheme the host takes Redis; each call answered within `timeout` or failed. An etcd
+    /// cluster is asked once at connect (a wrong user or certificate fails here).
+    pub async fn open(url: &str, timeout: Duration) -> anyhow::Result<Store> {
+        if names_etcd(url) {
+            let terms = EtcdTerms::connect_url(url, timeout)
+                .await
+                .with_context(|| {
+                    format!("cannot reach etcd at {}", crate::store::redact(url))
+                })?;
+            Ok(Store::Etcd(terms))
+        } else {
+            Ok(Store::Redis(RedisTerms::open(url, timeout).await?))
+        }
+    }
+}
+
+/// `body` with `s` the store inside, whichever it is.
+macro_rules! each {
+    ($store:expr, $s:ident => $body:expr) => {
+        match $store {
+            Store::Redis($s) => $body,
+            Store::Etcd($s) => $body,
+        }
+    };
+}
+
+impl TermStore for Store {
+    async fn campaign(&self, job: &str, owner: &str, ttl: Duration) -> anyhow::Result<Campaign> {
+        each!(self, s => TermStore::campaign(s, job, owner, ttl).await)
+    }
+
+    async fn raise_tokens(&self, job: &str, token: u64) -> anyhow::Result<bool> {
+        each!(self, s => TermStore::raise_tokens(s, job, token).await)
+    }
+
+    async fn renew(&self, term: &StoreTerm) -> anyhow::Result<bool> {
+        each!(self, s => TermStore::renew(s, term).await)
+    }
+
+    async fn renew_all(&self, terms: &[StoreTerm]) -> anyhow::Result<Vec<bool>> {
+        each!(self, s => TermStore::renew_all(s, terms).await)
+    }
+
+    async fn register(
+        &self,
+        node: &str,
+        info: &MemberInfo,
+        ttl: Duration,
+    ) -> anyhow::Result<Members> {
+        each!(self, s => TermStore::register(s, node, info, ttl).await)
+    }
+
+    async fn deregister(&self, node: &str) -> anyhow::Result<()> {
+        each!(self, s => TermStore::deregister(s, node).await)
+    }
+
+    async fn write(&self, term: &StoreTerm, key: &str, value: &[u8]) -> anyhow::Result<Written> {
+        each!(self, s => TermStore::write(s, term, key, value).await)
+    }
+
+    async fn write_all(&self, term: &StoreTerm, write: &TermWrite<'_>) -> anyhow::Result<Wrote> {
+        each!(self, s => TermStore::write_all(s, term, write).await)
+    }
+
+    async fn read_key(&self, job: &str, rest: &str) -> anyhow::Result<Option<Vec<u8>>> {
+        each!(self, s => TermStore::read_key(s, job, rest).await)
+    }
+
+    async fn members(
+        &self,
+        job: &str,
+        collection: Collection,
+    ) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
+        each!(self, s => TermStore::members(s, job, collection).await)
+    }
+
+    async fn request(&self, job: &str, period: &str, value: &str) -> anyhow::Result<()> {
+        each!(self, s => TermStore::request(s, job, period, value).await)
+    }
+
+    async fn read(&self, job: &str, key: &str) -> anyhow::Result<Option<Vec<u8>>> {
+        each!(self, s => TermStore::read(s, job, key).await)
+    }
+
+    async fn holder(&self, job: &str) -> anyhow::Result<Option<String>> {
+        each!(self, s => TermStore::holder(s, job).await)
+    }
+
+    async fn resign(&self, term: &StoreTerm) -> anyhow::Result<bool> {
+        each!(self, s => TermStore::resign(s, term).await)
+    }
+
+    async fn end(&self, term: &StoreTerm, how: TermEnd) -> anyhow::Result<bool> {
+        each!(self, s => TermStore::end(s, term, how).await)
+    }
+
+    async fn history(&self, job: &str, limit: usize) -> anyhow::Result<Vec<TermRecord>> {
+        each!(self, s => TermStore::history(s, job, limit).await)
+    }
+
+    async fn await_vacancy(&self, job: &str, limit: Duration) -> anyhow::Result<bool> {
+        each!(self, s => TermStore::await_vacancy(s, job, limit).await)
+    }
+
+    async fn listen(&self, notices: ReleaseNotices, stop: CancellationToken) {
+        each!(self, s => TermStore::listen(s, notices, stop).await)
+    }
+
+    async fn notify(&self, job: &str, to: NoticeFor, payload: &str) -> anyhow::Result<()> {
+        each!(self, s => TermStore::notify(s, job, to, payload).await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_etcd;
+
+    #[test]
+    fn etcd_is_named_by_its_two_schemes_and_everything_else_is_redis() {
+        assert!(names_etcd("etcd://127.0.0.1:2379"));
+        assert!(names_etcd("etcds://a:2379,b:2379?cacert=/ca.pem"));
+        assert!(names_etcd("ETCD://h:1"));
+        for redis in [
+            "redis://127.0.0.1:6379",
+            "rediss://u:p@h:6380",
+            "redis+sentinel://h:26379/svc",
+            "redis+cluster://a:1,b:2",
+            "etcdx://h:1",
+            "h:2379",
+        ] {
+            assert!(!names_etcd(redis), "{redis}");
+        }
+    }
+}
