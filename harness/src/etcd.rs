@@ -188,7 +188,10 @@ impl EtcdCluster {
     /// The cluster as a Leasehold store URL: `etcd://127.0.0.1:PORT,…` (plain members only:
     /// a TLS cluster's URL needs its certificates' paths).
     pub fn url(&self) -> String {
-        assert!(self.tls.is_none(), "a TLS cluster's URL names its certificates");
+        assert!(
+            self.tls.is_none(),
+            "a TLS cluster's URL names its certificates"
+        );
         let members: Vec<String> = (0..self.members.len())
             .map(|i| format!("127.0.0.1:{}", self.members[i].client_port))
             .collect();

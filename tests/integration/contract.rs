@@ -719,9 +719,12 @@ async fn store_client(url: &str) -> Store {
     let store = Store::open(url, Duration::from_secs(5))
         .await
         .expect("a connection to the store");
-    let redis = url.starts_with("redis://");
+    let redis = !leasehold::coord::term_store::names_etcd(url);
     assert!(
-        matches!((&store, redis), (Store::Redis(_), true) | (Store::Etcd(_), false)),
+        matches!(
+            (&store, redis),
+            (Store::Redis(_), true) | (Store::Etcd(_), false)
+        ),
         "{url} opened the other store"
     );
     store
@@ -819,6 +822,25 @@ async fn etcd_counts_a_terms_concurrent_writes_exactly() {
         let (a, _) = etcd_pair(&cluster).await;
         Box::pin(concurrent_writes_count_exactly(&a)).await;
     })
+    .await;
+}
+
+#[tokio::test]
+async fn a_redis_cluster_keeps_the_contract_across_its_primaries() {
+    // The seam's Redis store is the host's connection: on a Cluster each job's scripts go to
+    // the primary of its slot, and a host's renewals are one batch per primary.
+    deadline(
+        Duration::from_secs(90),
+        Box::pin(async {
+            let cluster = leasehold_harness::RedisCluster::start(3, 0).await;
+            let url = cluster.url();
+            let (a, b) = (store_client(&url).await, store_client(&url).await);
+            Box::pin(one_term_at_a_time(&a, &b)).await;
+            Box::pin(whole_writes(&a, &b)).await;
+            let c = store_client(&url).await;
+            Box::pin(many_terms_renewed_together(&a, &b, &c)).await;
+        }),
+    )
     .await;
 }
 

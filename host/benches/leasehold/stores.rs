@@ -25,7 +25,11 @@ pub(super) async fn stores(rows: &mut Vec<Row>) {
             .await
             .unwrap()
     };
-    let rterms = || async { RedisTerms::open(&redis.url(), Duration::from_secs(5)).await.unwrap() };
+    let rterms = || async {
+        RedisTerms::open(&redis.url(), Duration::from_secs(5))
+            .await
+            .unwrap()
+    };
 
     // Fenced writes against the store's plain write, interleaved in rounds of 100.
     let n = 3000;

@@ -36,9 +36,7 @@ impl Store {
         if names_etcd(url) {
             let terms = EtcdTerms::connect_url(url, timeout)
                 .await
-                .with_context(|| {
-                    format!("cannot reach etcd at {}", crate::store::redact(url))
-                })?;
+                .with_context(|| format!("cannot reach etcd at {}", crate::store::redact(url)))?;
             Ok(Store::Etcd(terms))
         } else {
             Ok(Store::Redis(RedisTerms::open(url, timeout).await?))

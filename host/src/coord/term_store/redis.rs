@@ -253,12 +253,7 @@ impl TermStore for RedisTerms {
     }
 
     async fn listen(&self, notices: ReleaseNotices, stop: CancellationToken) {
-        crate::coord::notices::listen_for_releases(
-            self.notices.clone(),
-            notices,
-            stop,
-        )
-        .await
+        crate::coord::notices::listen_for_releases(self.notices.clone(), notices, stop).await
     }
 
     async fn notify(&self, job: &str, to: NoticeFor, payload: &str) -> anyhow::Result<()> {
