@@ -585,7 +585,13 @@ async fn step_context(redis: &RedisServer, job: &str) -> (StepContext, Term) {
     )
     .await
     .unwrap();
-    let ctx = StepContext::for_step(keys, term.clone(), conn, None, "bench");
+    let store =
+        leasehold::coord::term_store::Store::Redis(leasehold::coord::term_store::RedisTerms::new(
+            conn,
+            leasehold::store::pubsub_clients(&redis.url()).unwrap(),
+            Duration::from_secs(2),
+        ));
+    let ctx = StepContext::for_step(keys, term.clone(), store, None, "bench");
     (ctx, term)
 }
 
@@ -593,7 +599,7 @@ fn ctx_clone(ctx: &StepContext, data_dir: Option<PathBuf>) -> StepContext {
     StepContext {
         keys: ctx.keys.clone(),
         term: ctx.term.clone(),
-        conn: ctx.conn.clone(),
+        store: ctx.store.clone(),
         data_dir,
         work: ctx.work.clone(),
         stderr: Default::default(),

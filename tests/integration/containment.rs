@@ -38,11 +38,13 @@ async fn run_guest(
         .load(&guests().wasm(guest))
         .await
         .expect("the guest loads");
-    let conn = crate::harness::conn(redis).await;
+    let store = leasehold::coord::term_store::Store::open(&redis.url(), Duration::from_secs(5))
+        .await
+        .expect("a connection to Redis");
     let ctx = StepContext::for_step(
         JobKeys::new("probe"),
         term,
-        conn,
+        store,
         data.map(|d| d.0.clone()),
         period,
     );

@@ -8,12 +8,14 @@
 //! listener per host for every job's releases and notices; tokens raised above a database's
 //! fence, and continued from Redis to etcd.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use leasehold::coord::fence::{Bookkeeping, TermWrite, Written as Applied};
+use leasehold::coord::checks::Refusal;
+use leasehold::coord::fence::{self, Bookkeeping, TermWrite, TermWriteError, Written as Applied};
 use leasehold::coord::members::{MemberInfo, Members};
 use leasehold::coord::notices::{Notice, NoticeFor, ReleaseNotices};
 use leasehold::coord::quota::Quota;
+use leasehold::coord::term::Term;
 use leasehold::coord::term_store::{
     Campaign, Collection, Store, StoreTerm, TermStore, Written, Wrote,
 };
@@ -713,6 +715,56 @@ async fn tokens_raised<S: TermStore>(a: &S, b: &S) {
     assert!(tb.token > ta2.token + 1_000_000_000);
 }
 
+/// The host's one way a term writes ([`fence::term_write`], what the runner and the guests'
+/// imports call) on `a`'s store: applied while the term holds; past the quota refused with the
+/// term going on; once another term holds the job, refused naming its holder, nothing written,
+/// and the term ended here at once.
+async fn the_hosts_term_writes(a: &Store, b: &Store) {
+    let ttl = Duration::from_secs(10);
+    let held = won(a, "hw", "a:1", ttl).await;
+    let term = Term::granted(&held, Instant::now() + ttl);
+    let keys = JobKeys::new("hw");
+    let sets = [(keys.data("k"), &b"v"[..])];
+    fence::term_write(a, &keys, &term, TermWrite::new(&sets, &[]))
+        .await
+        .expect("the holding term's write");
+    assert_eq!(
+        answered("k", || b.read("hw", "k")).await,
+        Some(b"v".to_vec())
+    );
+    let big = [(keys.data("big"), &[7u8; 64][..])];
+    let over = TermWrite {
+        quota: Some(Quota {
+            keys: 10,
+            bytes: 32,
+        }),
+        ..TermWrite::new(&big, &[])
+    };
+    match fence::term_write(a, &keys, &term, over).await {
+        Err(TermWriteError::QuotaExceeded(q)) => assert_eq!((q.max_keys, q.max_bytes), (10, 32)),
+        other => panic!("a write past the quota: {other:?}"),
+    }
+    assert!(term.still_leader(), "a quota refusal leaves the term alone");
+    assert!(answered("a's resignation", || a.resign(&held)).await);
+    won(b, "hw", "b:1", ttl).await;
+    let late = [(keys.data("k"), &b"late"[..])];
+    match fence::term_write(a, &keys, &term, TermWrite::new(&late, &[])).await {
+        Err(TermWriteError::Refused(
+            Refusal::NotLeaseholder { lease_holder: h }
+            | Refusal::Stale {
+                fence_holder: h, ..
+            },
+        )) => assert_eq!(h, "b:1"),
+        other => panic!("the old term's write: {other:?}"),
+    }
+    assert!(!term.still_leader(), "a refusal ends the term");
+    assert_eq!(
+        answered("k", || b.read("hw", "k")).await,
+        Some(b"v".to_vec())
+    );
+    assert_eq!(answered("big", || b.read("hw", "big")).await, None);
+}
+
 /// A client of the store `url` names, as the host opens one ([`Store::open`]): every test
 /// below goes through the same type whichever store it runs on.
 async fn store_client(url: &str) -> Store {
@@ -821,6 +873,26 @@ async fn etcd_counts_a_terms_concurrent_writes_exactly() {
         let cluster = EtcdCluster::start(3).await;
         let (a, _) = etcd_pair(&cluster).await;
         Box::pin(concurrent_writes_count_exactly(&a)).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn redis_takes_the_hosts_term_writes_and_refuses_an_ended_terms() {
+    deadline(Duration::from_secs(60), async {
+        let redis = RedisServer::start().await;
+        let (a, b) = redis_pair(&redis).await;
+        Box::pin(the_hosts_term_writes(&a, &b)).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn etcd_takes_the_hosts_term_writes_and_refuses_an_ended_terms() {
+    deadline(Duration::from_secs(120), async {
+        let cluster = EtcdCluster::start(3).await;
+        let (a, b) = etcd_pair(&cluster).await;
+        Box::pin(the_hosts_term_writes(&a, &b)).await;
     })
     .await;
 }

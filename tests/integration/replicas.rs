@@ -239,13 +239,16 @@ async fn a_write_waits_for_replicas_on_the_connection_that_carried_it() {
             std::time::Instant::now() + ttl,
             Some(replicas),
         );
+        let store = leasehold::coord::term_store::Store::open(&primary.url(), ttl)
+            .await
+            .expect("the store");
         let write = |v: &'static [u8]| {
             let keys = keys.clone();
             let term = term.clone();
-            let mut c = c.clone();
+            let store = store.clone();
             async move {
                 let sets = [(keys.data("x"), v)];
-                fence::term_write(&mut c, &keys, &term, TermWrite::new(&sets, &[]))
+                fence::term_write(&store, &keys, &term, TermWrite::new(&sets, &[]))
                     .await
                     .map(drop)
             }

@@ -51,6 +51,8 @@ struct Inner {
     ended: watch::Sender<bool>,
     /// Replicas every write of the term waits for (see [`Replicas`]).
     replicas: Option<Replicas>,
+    /// On etcd, the term's lease and its key's create revision (what its writes compare).
+    lease: Option<(i64, i64)>,
 }
 
 /// How many Redis replicas must acknowledge each write of a term, and how long a write waits
@@ -85,7 +87,31 @@ impl Term {
                 deadline: AtomicU64::new(nanos(deadline)),
                 ended: watch::Sender::new(false),
                 replicas,
+                lease: None,
             }),
+        }
+    }
+
+    /// The term a store granted ([`crate::coord::term_store::TermStore::campaign`]), valid until
+    /// `deadline`.
+    pub fn granted(term: &crate::coord::term_store::StoreTerm, deadline: Instant) -> Self {
+        let t = Term::new(term.token, term.owner.clone(), deadline);
+        let mut inner = Arc::try_unwrap(t.inner).expect("a new term is not shared");
+        inner.lease = term.lease;
+        Term {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The term as its store knows it, for a write to `job` (its TTL is not the term's to say:
+    /// zero).
+    pub fn in_store(&self, job: &str) -> crate::coord::term_store::StoreTerm {
+        crate::coord::term_store::StoreTerm {
+            job: job.to_string(),
+            owner: self.inner.owner.clone(),
+            token: self.inner.token,
+            ttl: Duration::ZERO,
+            lease: self.inner.lease,
         }
     }
 

@@ -85,8 +85,10 @@ impl Counters {
 pub(crate) struct Workers {
     /// The WebAssembly runtime.
     pub runtime: Runtime,
-    /// Redis.
+    /// Redis (tasks live only there yet).
     pub conn: Conn,
+    /// The store behind the seam: a task's guest reads and fenced writes.
+    pub store: crate::coord::term_store::Store,
     /// This host's consumer name in every job's group: `node:<8 hex>`, fresh per process.
     pub consumer: String,
     /// One permit per task slot.
@@ -259,7 +261,7 @@ impl Workers {
         let ctx = StepContext {
             keys: keys.clone(),
             term: term.clone(),
-            conn: self.conn.clone(),
+            store: self.store.clone(),
             data_dir,
             work: Work::Task(task.claim.clone()),
             stderr: Default::default(),

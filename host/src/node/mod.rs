@@ -46,6 +46,7 @@ use tracing::{Instrument as _, error, info, warn};
 use crate::coord::elector::{Elector, Role};
 use crate::coord::lease_thread::LeaseRuntime;
 use crate::coord::notices::{Notice, ReleaseNotices};
+use crate::coord::term_store::{RedisTerms, Store, TermStore as _};
 use crate::exec::runner::{Runner, RunnerHost};
 use crate::exec::runtime::{LoadedJob, Runtime};
 use crate::store::keys::JobKeys;
@@ -71,6 +72,8 @@ struct Host {
     cfg: NodeConfig,
     runtime: Runtime,
     conn: Conn,
+    /// The store behind the seam (see [`crate::coord::term_store`]).
+    seam: Store,
     leases: LeaseRuntime,
     lease_conn: Conn,
     notices: ReleaseNotices,
@@ -238,6 +241,7 @@ impl Host {
             RunnerHost {
                 runtime: self.runtime.clone(),
                 conn: self.conn.clone(),
+                store: self.seam.clone(),
                 node: node.clone(),
                 timing: cfg.timing,
                 heartbeat: self.heartbeat.clone(),
@@ -449,10 +453,20 @@ pub async fn run(
     let tasks = TaskTracker::new();
     let stop_listener = CancellationToken::new();
     let clients = store::pubsub_clients(&cfg.redis_url)?;
-    tasks.spawn_on(
-        crate::coord::notices::listen_for_releases(clients, notices.clone(), stop_listener.clone()),
-        leases.handle(),
-    );
+    // The store behind the seam (issue 30): term writes, guest reads, token raises and the one
+    // listener go through it; the rest still takes the connections above.
+    let seam = Store::Redis(RedisTerms::new(
+        conn.clone(),
+        clients,
+        cfg.timing.redis_timeout,
+    ));
+    {
+        let (seam, notices, stop) = (seam.clone(), notices.clone(), stop_listener.clone());
+        tasks.spawn_on(
+            async move { seam.listen(notices, stop).await },
+            leases.handle(),
+        );
+    }
     // Membership: registered once before any job campaigns (so that preference is known from
     // the first campaign), then every heartbeat on the lease runtime.
     let member = crate::coord::members::MemberInfo {
@@ -553,6 +567,7 @@ pub async fn run(
     let workers = Arc::new(crate::exec::workers::Workers {
         runtime: runtime.clone(),
         conn: conn.clone(),
+        store: seam.clone(),
         consumer: format!("{node}:{}", &uuid::Uuid::new_v4().simple().to_string()[..8]),
         slots: Arc::new(tokio::sync::Semaphore::new(cfg.task_slots as usize)),
         counters: counters.clone(),
@@ -567,6 +582,7 @@ pub async fn run(
         cfg,
         runtime,
         conn,
+        seam,
         leases,
         lease_conn,
         notices,

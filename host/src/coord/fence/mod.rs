@@ -36,6 +36,7 @@ use crate::coord::checks::refusal;
 pub use crate::coord::checks::{FenceError, Refusal};
 use crate::coord::quota::{Quota, QuotaUsage};
 use crate::coord::term::{Term, mono_ms};
+use crate::coord::term_store::{Store, TermStore as _, Wrote};
 use crate::store::Conn;
 use crate::store::keys::JobKeys;
 
@@ -275,9 +276,9 @@ pub enum TermWriteError {
     /// The fence refused the write; the term has been ended.
     #[error("{0}")]
     Refused(Refusal),
-    /// Redis could not be asked.
-    #[error("redis: {0}")]
-    Redis(redis::RedisError),
+    /// The store could not be asked (Redis, or etcd).
+    #[error("store: {0:#}")]
+    Redis(anyhow::Error),
     /// The write would take the job past its storage quota; nothing was written and the term
     /// goes on.
     #[error("{0}")]
@@ -306,7 +307,7 @@ pub enum TermWriteError {
 /// Says what was written: whether a `create` created its key, and the job's storage after a
 /// write counted against its quota (a guest's `store` writes).
 pub async fn term_write(
-    conn: &mut Conn,
+    store: &Store,
     keys: &JobKeys,
     term: &Term,
     write: TermWrite<'_>,
@@ -323,28 +324,15 @@ pub async fn term_write(
     let outcome = if !term.still_leader() {
         Err(TermWriteError::Ended)
     } else {
-        let term_id = (term.owner(), token);
-        let call = async {
-            match term.replicas() {
-                None => unchecked::invoke(conn, keys, term_id, &write)
+        let applied = match store {
+            Store::Redis(redis) => {
+                term.bound(redis_write(redis.conn(), keys, term, &write))
                     .await
-                    .map(|w| (w, None)),
-                Some(r) => invoke_replicated(conn, keys, term_id, &write, r)
-                    .await
-                    .map(|(w, acked)| (w, Some((r, acked)))),
             }
+            Store::Etcd(_) => term.bound(store_write(store, keys, term, &write)).await,
         };
-        match term.bound(call).await {
-            Some(Ok((applied, None))) => Ok(applied),
-            Some(Ok((_, Some((r, acked))))) if acked < i64::from(r.count) => {
-                Err(TermWriteError::NotReplicated {
-                    acked: acked.max(0) as u32,
-                    wanted: r.count,
-                    timeout: r.timeout,
-                })
-            }
-            Some(Ok((applied, Some(_)))) => Ok(applied),
-            Some(Err(FenceError::Refused(refusal))) => {
+        match applied {
+            Some(Err(TermWriteError::Refused(refusal))) => {
                 tracing::warn!(
                     token,
                     key = first_key,
@@ -354,8 +342,7 @@ pub async fn term_write(
                 crate::metrics::get().fence_refused(keys.job());
                 Err(TermWriteError::Refused(refusal))
             }
-            Some(Err(FenceError::Quota(usage))) => Err(TermWriteError::QuotaExceeded(usage)),
-            Some(Err(FenceError::Redis(e))) => Err(TermWriteError::Redis(e)),
+            Some(outcome) => outcome,
             None => Err(TermWriteError::Ended),
         }
     };
@@ -380,4 +367,72 @@ pub async fn term_write(
         "fenced write"
     );
     outcome
+}
+
+/// `write` as `term` on Redis: the fenced-write script over the host's connection, with `WAIT`
+/// behind it when the term requires replicas.
+async fn redis_write(
+    conn: &Conn,
+    keys: &JobKeys,
+    term: &Term,
+    write: &TermWrite<'_>,
+) -> Result<Written, TermWriteError> {
+    let term_id = (term.owner(), term.token());
+    let mut conn = conn.clone();
+    let replicated = match term.replicas() {
+        None => unchecked::invoke(&mut conn, keys, term_id, write)
+            .await
+            .map(|w| (w, None)),
+        Some(r) => invoke_replicated(&mut conn, keys, term_id, write, r)
+            .await
+            .map(|(w, acked)| (w, Some((r, acked)))),
+    };
+    match replicated {
+        Ok((_, Some((r, acked)))) if acked < i64::from(r.count) => {
+            Err(TermWriteError::NotReplicated {
+                acked: acked.max(0) as u32,
+                wanted: r.count,
+                timeout: r.timeout,
+            })
+        }
+        Ok((applied, _)) => Ok(applied),
+        Err(FenceError::Refused(refusal)) => Err(TermWriteError::Refused(refusal)),
+        Err(FenceError::Quota(usage)) => Err(TermWriteError::QuotaExceeded(usage)),
+        Err(FenceError::Redis(e)) => Err(TermWriteError::Redis(e.into())),
+    }
+}
+
+/// `write` as `term` through the store's seam ([`TermStore::write_all`]; etcd): a refusal
+/// names the job's holder as a read just after it found it.
+async fn store_write(
+    store: &Store,
+    keys: &JobKeys,
+    term: &Term,
+    write: &TermWrite<'_>,
+) -> Result<Written, TermWriteError> {
+    let on = term.in_store(keys.job());
+    match store.write_all(&on, write).await {
+        Ok(Wrote::Applied(w)) => Ok(w),
+        Ok(Wrote::Refused) => Err(TermWriteError::Refused(Refusal::NotLeaseholder {
+            lease_holder: store
+                .holder(keys.job())
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_default(),
+        })),
+        Ok(Wrote::Quota(keys_kept, bytes_kept)) => {
+            let q = write.quota.unwrap_or(Quota {
+                keys: u64::MAX,
+                bytes: u64::MAX,
+            });
+            Err(TermWriteError::QuotaExceeded(QuotaUsage {
+                keys: keys_kept,
+                bytes: bytes_kept,
+                max_keys: q.keys,
+                max_bytes: q.bytes,
+            }))
+        }
+        Err(e) => Err(TermWriteError::Redis(e)),
+    }
 }

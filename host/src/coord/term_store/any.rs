@@ -44,6 +44,21 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Redis's connection, for what only the Redis store carries yet (fan-out tasks, the
+    /// runner's reads of its state): on etcd, an error saying so.
+    pub fn redis_conn(&self) -> anyhow::Result<crate::store::Conn> {
+        match self {
+            Store::Redis(r) => Ok(r.conn().clone()),
+            Store::Etcd(_) => {
+                anyhow::bail!(
+                    "not on etcd yet: this part of the host runs only on Redis (issue 30)"
+                )
+            }
+        }
+    }
+}
+
 /// `body` with `s` the store inside, whichever it is.
 macro_rules! each {
     ($store:expr, $s:ident => $body:expr) => {

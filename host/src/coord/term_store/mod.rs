@@ -62,7 +62,7 @@ pub struct StoreTerm {
     pub ttl: Duration,
     /// The etcd lease the term's key is attached to, and the key's create revision (etcd
     /// only).
-    pub(super) lease: Option<(i64, i64)>,
+    pub(crate) lease: Option<(i64, i64)>,
 }
 
 /// What a campaign found.

@@ -82,7 +82,10 @@ pub(crate) struct Runner {
     /// Versions seen since start, oldest first (at most [`VERSIONS_KEPT`]).
     known: Vec<Arc<LoadedJob>>,
     runtime: Runtime,
+    /// Redis, for what the seam does not carry yet (the runner's reads, tasks).
     conn: Conn,
+    /// The store behind the seam: every write of the term.
+    store: crate::coord::term_store::Store,
     node: String,
     timing: Timing,
     data_dir: Option<PathBuf>,
@@ -107,8 +110,10 @@ pub(crate) struct Runner {
 pub(crate) struct RunnerHost {
     /// The WebAssembly runtime.
     pub runtime: Runtime,
-    /// Redis, for run records, checkpoints and guest writes.
+    /// Redis, for run records and checkpoints read (what the seam does not carry yet).
     pub conn: Conn,
+    /// The store behind the seam: every write of a term, guest reads.
+    pub store: crate::coord::term_store::Store,
     /// This node's id.
     pub node: String,
     /// Lease timings (the heartbeat paces the runner).
@@ -163,6 +168,7 @@ impl Runner {
         let RunnerHost {
             runtime,
             conn,
+            store,
             node,
             timing,
             heartbeat,
@@ -175,6 +181,7 @@ impl Runner {
             versions,
             runtime,
             conn,
+            store,
             node,
             timing,
             data_dir,
@@ -538,8 +545,7 @@ impl Runner {
 
     /// One fenced write of `term`, its outcome as a [`RunEnd`] on failure.
     async fn fenced(&self, term: &Term, write: TermWrite<'_>) -> Result<(), RunEnd> {
-        let mut conn = self.conn.clone();
-        match fence::term_write(&mut conn, &self.keys, term, write)
+        match fence::term_write(&self.store, &self.keys, term, write)
             .await
             .map(drop)
         {

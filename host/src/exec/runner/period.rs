@@ -169,7 +169,7 @@ impl Runner {
             let ctx = StepContext {
                 keys: keys.clone(),
                 term: term.clone(),
-                conn: self.conn.clone(),
+                store: self.store.clone(),
                 data_dir: self.data_dir.clone(),
                 work: Work::Step(crate::exec::tasks::RunOf {
                     period: period.id.clone(),

@@ -17,6 +17,7 @@ use super::sandbox::{GuestOutput, JobLimiter};
 use crate::coord::fence::{self, Refusal, TermWriteError};
 use crate::coord::quota::{Quota, QuotaUsage};
 use crate::coord::term::Term;
+use crate::coord::term_store::TermStore as _;
 use crate::exec::spec::{Counts, Limits};
 use crate::store::keys::JobKeys;
 
@@ -38,9 +39,9 @@ pub struct StepContext {
     /// The term the step runs in (for a task: the term that submitted it, valid while the
     /// worker's claim holds).
     pub term: Term,
-    /// Connection for guest reads and fenced writes. Calls are bounded by the term: a call
+    /// The store, for guest reads and fenced writes. Calls are bounded by the term: a call
     /// still pending when the term ends is abandoned.
-    pub conn: crate::store::Conn,
+    pub store: crate::coord::term_store::Store,
     /// `<data-dir>/<job>/`, preopened read-only at `/data` when it exists.
     pub data_dir: Option<PathBuf>,
     /// A step of a run, or a task.
@@ -73,14 +74,14 @@ impl StepContext {
     pub fn for_step(
         keys: JobKeys,
         term: Term,
-        conn: crate::store::Conn,
+        store: crate::coord::term_store::Store,
         data_dir: Option<PathBuf>,
         period: &str,
     ) -> Self {
         StepContext {
             keys,
             term,
-            conn,
+            store,
             data_dir,
             work: Work::Step(crate::exec::tasks::RunOf {
                 period: period.to_string(),
@@ -344,7 +345,7 @@ impl HostState {
             id: id.as_deref(),
             ..fence::TermWrite::new(writes, deletes)
         };
-        let res = fence::term_write(&mut ctx.conn, &ctx.keys, &ctx.term, write).await;
+        let res = fence::term_write(&ctx.store, &ctx.keys, &ctx.term, write).await;
         if res.is_ok() {
             // The guest got past the refusal (it wrote less, or elsewhere): a later failure
             // is not the quota's.
@@ -457,8 +458,12 @@ impl HostState {
         if !term.still_leader() {
             return Ok(Err(tasks::TasksError::NotLeader));
         }
+        let mut conn = match ctx.store.redis_conn() {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(tasks::TasksError::Unavailable(format!("{e:#}")))),
+        };
         let call = crate::exec::tasks::submit(
-            &mut ctx.conn,
+            &mut conn,
             &ctx.keys,
             (term.owner(), term.token()),
             &run,
@@ -516,7 +521,11 @@ impl HostState {
             return Ok(Err(tasks::TasksError::Invalid(why)));
         }
         let ctx = self.step()?;
-        let call = crate::exec::tasks::output(&mut ctx.conn, &ctx.keys, &period, &id);
+        let mut conn = match ctx.store.redis_conn() {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(tasks::TasksError::Unavailable(format!("{e:#}")))),
+        };
+        let call = crate::exec::tasks::output(&mut conn, &ctx.keys, &period, &id);
         Ok(match ctx.term.bound(call).await {
             Some(Ok(v)) => Ok(v),
             Some(Err(e)) => Err(tasks::TasksError::Unavailable(e.to_string())),
@@ -533,7 +542,11 @@ impl HostState {
             Err(e) => return Ok(Err(e)),
         };
         let ctx = self.step()?;
-        let call = crate::exec::tasks::progress(&mut ctx.conn, &ctx.keys, &period);
+        let mut conn = match ctx.store.redis_conn() {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(tasks::TasksError::Unavailable(format!("{e:#}")))),
+        };
+        let call = crate::exec::tasks::progress(&mut conn, &ctx.keys, &period);
         Ok(match ctx.term.bound(call).await {
             Some(Ok(p)) => Ok(tasks::TaskProgress {
                 submitted: p.submitted,
@@ -554,14 +567,10 @@ impl HostState {
         if let Err(reason) = validate_key(&key) {
             return Ok(Err(store::ReadError::InvalidKey(reason)));
         }
-        let cmd = redis::cmd("GET").arg(ctx.keys.data(&key)).clone();
-        let res = ctx
-            .term
-            .bound(cmd.query_async::<Option<Vec<u8>>>(&mut ctx.conn))
-            .await;
+        let res = ctx.term.bound(ctx.store.read(ctx.keys.job(), &key)).await;
         Ok(match res {
             Some(Ok(v)) => Ok(v),
-            Some(Err(e)) => Err(store::ReadError::Unavailable(e.to_string())),
+            Some(Err(e)) => Err(store::ReadError::Unavailable(format!("{e:#}"))),
             None => Err(store::ReadError::Unavailable("the term ended".into())),
         })
     }

@@ -16,6 +16,7 @@ use super::HostState;
 use super::bindings::leasehold::job::sql;
 use crate::coord::checks::Refusal;
 use crate::coord::term::Term;
+use crate::coord::term_store::TermStore as _;
 use crate::exec::sql::{Database, JobDatabases, Ran, SqlError, SqlLimits, Tx, Value};
 
 /// A step's databases and its open transactions (one per database at a time).
@@ -170,9 +171,9 @@ impl HostState {
             }
         };
         // Raised before the term ends: the step stops at its next await once it has.
-        let raise = ctx.term.bound(async {
-            crate::coord::lease::raise_counter(&mut ctx.conn.clone(), &ctx.keys, *stored).await
-        });
+        let raise = ctx
+            .term
+            .bound(async { ctx.store.raise_tokens(ctx.keys.job(), *stored).await });
         match tokio::time::timeout(std::time::Duration::from_secs(5), raise).await {
             Ok(Some(Ok(true))) => warn!(
                 token,
