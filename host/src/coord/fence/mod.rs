@@ -329,7 +329,10 @@ pub async fn term_write(
                 term.bound(redis_write(redis.conn(), keys, term, &write))
                     .await
             }
-            Store::Etcd(_) => term.bound(store_write(store, keys, term, &write)).await,
+            Store::Etcd(_) => {
+                term.bound(Box::pin(store_write(store, keys, term, &write)))
+                    .await
+            }
         };
         match applied {
             Some(Err(TermWriteError::Refused(refusal))) => {

@@ -59,12 +59,14 @@ impl Store {
     }
 }
 
-/// `body` with `s` the store inside, whichever it is.
+/// `body` with `s` the store inside, whichever it is. The etcd side's futures are large (a
+/// gRPC call's state): boxed, so that a caller's future, often on a small stack, does not carry
+/// them inline.
 macro_rules! each {
     ($store:expr, $s:ident => $body:expr) => {
         match $store {
             Store::Redis($s) => $body,
-            Store::Etcd($s) => $body,
+            Store::Etcd($s) => Box::pin(async { $body }).await,
         }
     };
 }
