@@ -586,7 +586,7 @@ async fn step_context(redis: &RedisServer, job: &str) -> (StepContext, Term) {
     .await
     .unwrap();
     let store =
-        leasehold::coord::term_store::Store::Redis(leasehold::coord::term_store::RedisTerms::new(
+        leasehold::coord::term_store::Store::redis(leasehold::coord::term_store::RedisTerms::new(
             conn,
             leasehold::store::pubsub_clients(&redis.url()).unwrap(),
             Duration::from_secs(2),

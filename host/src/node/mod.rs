@@ -455,7 +455,7 @@ pub async fn run(
     let clients = store::pubsub_clients(&cfg.redis_url)?;
     // The store behind the seam (issue 30): term writes, guest reads, token raises and the one
     // listener go through it; the rest still takes the connections above.
-    let seam = Store::Redis(RedisTerms::new(
+    let seam = Store::redis(RedisTerms::new(
         conn.clone(),
         clients,
         cfg.timing.redis_timeout,

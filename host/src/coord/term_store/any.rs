@@ -1,6 +1,7 @@
 //! [`Store`]: the store a URL names, Redis or etcd, behind [`TermStore`] as one type, so that
 //! what holds a store does not choose between them (the contract suite runs through it).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -13,13 +14,14 @@ use crate::coord::notices::{NoticeFor, ReleaseNotices};
 use crate::coord::terms::{TermEnd, TermRecord};
 use crate::store::etcd::EtcdTerms;
 
-/// A store: Redis (a node, a Sentinel service, a Cluster) or an etcd cluster.
+/// A store: Redis (a node, a Sentinel service, a Cluster) or an etcd cluster. Cheap to clone
+/// (each side is shared).
 #[derive(Clone)]
 pub enum Store {
     /// Redis, through the host's own scripts.
-    Redis(RedisTerms),
+    Redis(Arc<RedisTerms>),
     /// An etcd cluster ([`crate::store::etcd`]).
-    Etcd(EtcdTerms),
+    Etcd(Arc<EtcdTerms>),
 }
 
 /// Whether `url` names an etcd cluster (`etcd://`, `etcds://`) rather than Redis.
@@ -37,10 +39,15 @@ impl Store {
             let terms = EtcdTerms::connect_url(url, timeout)
                 .await
                 .with_context(|| format!("cannot reach etcd at {}", crate::store::redact(url)))?;
-            Ok(Store::Etcd(terms))
+            Ok(Store::Etcd(Arc::new(terms)))
         } else {
-            Ok(Store::Redis(RedisTerms::open(url, timeout).await?))
+            Ok(Store::redis(RedisTerms::open(url, timeout).await?))
         }
+    }
+
+    /// The Redis store `terms`.
+    pub fn redis(terms: RedisTerms) -> Store {
+        Store::Redis(Arc::new(terms))
     }
 }
 
@@ -65,8 +72,14 @@ impl Store {
 macro_rules! each {
     ($store:expr, $s:ident => $body:expr) => {
         match $store {
-            Store::Redis($s) => $body,
-            Store::Etcd($s) => Box::pin(async { $body }).await,
+            Store::Redis($s) => {
+                let $s: &RedisTerms = $s;
+                $body
+            }
+            Store::Etcd($s) => {
+                let $s: &EtcdTerms = $s;
+                Box::pin(async { $body }).await
+            }
         }
     };
 }
