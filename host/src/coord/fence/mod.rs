@@ -405,8 +405,9 @@ async fn redis_write(
     }
 }
 
-/// `write` as `term` through the store's seam ([`TermStore::write_all`]; etcd): a refusal
-/// names the job's holder as a read just after it found it.
+/// `write` as `term` through the store's seam
+/// ([`crate::coord::term_store::TermStore::write_all`]; etcd): a refusal names the job's holder
+/// as a read just after it found it.
 async fn store_write(
     store: &Store,
     keys: &JobKeys,
