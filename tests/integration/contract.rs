@@ -17,7 +17,7 @@ use leasehold::coord::notices::{Notice, NoticeFor, ReleaseNotices};
 use leasehold::coord::quota::Quota;
 use leasehold::coord::term::Term;
 use leasehold::coord::term_store::{
-    Campaign, Collection, Store, StoreTerm, TermStore, Written, Wrote,
+    Campaign, Candidacy, Collection, Store, StoreTerm, TermStore, Written, Wrote,
 };
 use leasehold::coord::terms::{KEPT, TermEnd};
 use leasehold::store::keys::JobKeys;
@@ -36,10 +36,13 @@ async fn won<S: TermStore>(store: &S, job: &str, owner: &str, ttl: Duration) -> 
 async fn one_term_at_a_time<S: TermStore>(a: &S, b: &S) {
     let ttl = Duration::from_secs(5);
     let ta = won(a, "billing", "a", ttl).await;
-    assert_eq!(
-        answered("b's campaign", || b.campaign("billing", "b", ttl)).await,
-        Campaign::Held { owner: "a".into() }
-    );
+    match answered("b's campaign", || b.campaign("billing", "b", ttl)).await {
+        Campaign::Held { owner, left } => {
+            assert_eq!(owner, "a");
+            assert!(left.is_none_or(|l| l <= ttl), "{left:?} left of {ttl:?}");
+        }
+        won => panic!("b's campaign on a held job: {won:?}"),
+    }
     assert_eq!(
         answered("the holder", || b.holder("billing")).await,
         Some("a".into())
@@ -715,6 +718,60 @@ async fn tokens_raised<S: TermStore>(a: &S, b: &S) {
     assert!(tb.token > ta2.token + 1_000_000_000);
 }
 
+/// A host's campaigns sent together ([`TermStore::campaign_many`]): two candidacies for each of
+/// five jobs, each job won by exactly one, the other told who holds it, each won term holding
+/// its job; then what a campaign whose answer was lost took is given back by its owner alone
+/// ([`TermStore::give_back`]): another owner's give-back changes nothing.
+async fn campaigns_together<S: TermStore>(a: &S, b: &S) {
+    let ttl = Duration::from_secs(10);
+    let candidacies: Vec<Candidacy> = (0..10)
+        .map(|i| Candidacy {
+            job: format!("many-{}", i % 5),
+            owner: format!("a:{i}"),
+            ttl,
+            ask: None,
+        })
+        .collect();
+    let answers = a.campaign_many(&candidacies).await;
+    assert_eq!(answers.len(), 10);
+    let mut winners = std::collections::BTreeMap::new();
+    for (c, answer) in candidacies.iter().zip(&answers) {
+        if let Ok(Campaign::Won(t)) = answer {
+            assert_eq!((&t.job, &t.owner), (&c.job, &c.owner));
+            assert!(
+                winners.insert(c.job.clone(), t.clone()).is_none(),
+                "{} won twice",
+                c.job
+            );
+        }
+    }
+    assert_eq!(winners.len(), 5, "each job won once: {answers:?}");
+    for (c, answer) in candidacies.iter().zip(&answers) {
+        match answer {
+            Ok(Campaign::Won(_)) => {}
+            Ok(Campaign::Held { owner, .. }) => assert_eq!(*owner, winners[&c.job].owner),
+            Err(e) => panic!("{}'s campaign: {e:#}", c.owner),
+        }
+    }
+    let terms: Vec<StoreTerm> = winners.values().cloned().collect();
+    assert_eq!(
+        answered("the winners' renewals", || a.renew_all(&terms)).await,
+        vec![true; 5]
+    );
+    let m0 = &winners["many-0"];
+    assert!(!answered("another owner's give-back", || b.give_back("many-0", "b:9")).await);
+    assert_eq!(
+        answered("many-0's holder", || b.holder("many-0")).await,
+        Some(m0.owner.clone())
+    );
+    assert!(answered("the owner's give-back", || b.give_back("many-0", &m0.owner)).await);
+    assert_eq!(
+        answered("many-0's holder", || b.holder("many-0")).await,
+        None
+    );
+    won(b, "many-0", "b:1", ttl).await;
+}
+
 /// The host's one way a term writes ([`fence::term_write`], what the runner and the guests'
 /// imports call) on `a`'s store: applied while the term holds; past the quota refused with the
 /// term going on; once another term holds the job, refused naming its holder, nothing written,
@@ -722,7 +779,7 @@ async fn tokens_raised<S: TermStore>(a: &S, b: &S) {
 async fn the_hosts_term_writes(a: &Store, b: &Store) {
     let ttl = Duration::from_secs(10);
     let held = won(a, "hw", "a:1", ttl).await;
-    let term = Term::granted(&held, Instant::now() + ttl);
+    let term = Term::granted(&held, Instant::now() + ttl, None);
     let keys = JobKeys::new("hw");
     let sets = [(keys.data("k"), &b"v"[..])];
     fence::term_write(a, &keys, &term, TermWrite::new(&sets, &[]))
@@ -873,6 +930,26 @@ async fn etcd_counts_a_terms_concurrent_writes_exactly() {
         let cluster = EtcdCluster::start(3).await;
         let (a, _) = etcd_pair(&cluster).await;
         Box::pin(concurrent_writes_count_exactly(&a)).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn redis_answers_a_hosts_campaigns_sent_together_and_gives_back_an_unheard_one() {
+    deadline(Duration::from_secs(60), async {
+        let redis = RedisServer::start().await;
+        let (a, b) = redis_pair(&redis).await;
+        Box::pin(campaigns_together(&a, &b)).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn etcd_answers_a_hosts_campaigns_sent_together_and_gives_back_an_unheard_one() {
+    deadline(Duration::from_secs(120), async {
+        let cluster = EtcdCluster::start(3).await;
+        let (a, b) = etcd_pair(&cluster).await;
+        Box::pin(campaigns_together(&a, &b)).await;
     })
     .await;
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use leasehold::coord::elector::{Elector, Role};
 use leasehold::coord::notices::{Notice, listen_for_releases};
+use leasehold::coord::term_store::{RedisTerms, Store};
 use leasehold::node::config::Timing;
 use leasehold::store::Conn;
 use leasehold::store::keys::JobKeys;
@@ -28,8 +29,8 @@ async fn one_of_three_leads_and_a_follower_takes_over_with_a_higher_token() {
             let conn = connect(&redis).await;
             let (role_tx, role_rx) = watch::channel(Role::Candidate);
             let resign = CancellationToken::new();
-            let elector = Elector { job: "recon".into(), node: format!("n{i}"), timing, keys: JobKeys::new("recon"), released: Notice::with_payload(), replicas: None, members: no_members(), hand_over: watch::channel(0).1, version: watch::channel(String::new()).1, heartbeat: heartbeat(&conn, timing, &format!("n{i}")), campaigns: campaigns(&conn) };
-            let task = tokio::spawn(elector.run(conn, role_tx, resign.clone()));
+            let elector = Elector { job: "recon".into(), node: format!("n{i}"), timing, keys: JobKeys::new("recon"), released: Notice::with_payload(), replicas: None, members: no_members(), hand_over: watch::channel(0).1, version: watch::channel(String::new()).1, heartbeat: heartbeat(&conn, timing, &format!("n{i}")), campaigns: campaigns(&store_of(&redis, &conn)) };
+            let task = tokio::spawn(elector.run(store_of(&redis, &conn), role_tx, resign.clone()));
             nodes.push((task, role_rx, resign));
         }
         let (first, token) = wait_for("a leader", Duration::from_secs(10), || {
@@ -106,9 +107,9 @@ async fn a_resigning_leader_hands_over_without_waiting_for_the_ttl() {
                 hand_over: watch::channel(0).1,
                 version: watch::channel(String::new()).1,
                 heartbeat: heartbeat(&conn, timing, &format!("n{i}")),
-                campaigns: campaigns(&conn),
+                campaigns: campaigns(&store_of(&redis, &conn)),
             };
-            tokio::spawn(elector.run(conn, role_tx, resign.clone()));
+            tokio::spawn(elector.run(store_of(&redis, &conn), role_tx, resign.clone()));
             // Let n0 win before n1 starts, so that n1 is the follower.
             if i == 0 {
                 let mut r = role_rx.clone();
@@ -157,6 +158,15 @@ async fn connect(redis: &RedisServer) -> Conn {
     .unwrap()
 }
 
+/// The host's store over `conn` (what an elector campaigns and releases with).
+fn store_of(redis: &RedisServer, conn: &Conn) -> Store {
+    Store::redis(RedisTerms::new(
+        conn.clone(),
+        leasehold::store::PubSubSource::Nodes(vec![redis.client()]),
+        Duration::from_secs(2),
+    ))
+}
+
 /// A heartbeat of its own for one elector (node `node`), on the test's runtime.
 fn heartbeat(conn: &Conn, timing: Timing, node: &str) -> leasehold::coord::heartbeat::Heartbeat {
     leasehold::coord::heartbeat::Heartbeat::start(
@@ -175,10 +185,10 @@ fn heartbeat(conn: &Conn, timing: Timing, node: &str) -> leasehold::coord::heart
 }
 
 /// A campaign coalescer of its own for one elector, on the test's runtime.
-fn campaigns(conn: &Conn) -> leasehold::coord::campaigns::Campaigns {
+fn campaigns(store: &Store) -> leasehold::coord::campaigns::Campaigns {
     leasehold::coord::campaigns::Campaigns::start(
         &tokio::runtime::Handle::current(),
-        conn.clone(),
+        store.clone(),
         CancellationToken::new(),
     )
 }

@@ -317,10 +317,12 @@ async fn pipelined_campaigns_and_renewals_each_answer_for_themselves() {
 async fn campaigns_sent_at_the_same_moment_are_all_answered() {
     deadline(Duration::from_secs(30), async {
         let redis = RedisServer::start().await;
-        let conn = crate::harness::conn(&redis).await;
+        let store = leasehold::coord::term_store::Store::open(&redis.url(), Duration::from_secs(5))
+            .await
+            .expect("the store");
         let campaigns = leasehold::coord::campaigns::Campaigns::start(
             &tokio::runtime::Handle::current(),
-            conn,
+            store,
             tokio_util::sync::CancellationToken::new(),
         );
         // Fifty electors campaigning at once, for twenty-five jobs: each job granted once.
@@ -329,8 +331,8 @@ async fn campaigns_sent_at_the_same_moment_are_all_answered() {
                 let campaigns = campaigns.clone();
                 tokio::spawn(async move {
                     campaigns
-                        .acquire(lease::Campaign {
-                            keys: JobKeys::new(&format!("c-{}", i % 25)),
+                        .acquire(leasehold::coord::term_store::Candidacy {
+                            job: format!("c-{}", i % 25),
                             owner: format!("n{i}:x"),
                             ttl: Duration::from_secs(10),
                             ask: None,
@@ -342,8 +344,8 @@ async fn campaigns_sent_at_the_same_moment_are_all_answered() {
         let mut granted = 0;
         for t in tasks {
             match t.await.unwrap().unwrap() {
-                Acquired::Granted { .. } => granted += 1,
-                Acquired::Held { .. } => {}
+                leasehold::coord::term_store::Campaign::Won(_) => granted += 1,
+                leasehold::coord::term_store::Campaign::Held { .. } => {}
             }
         }
         assert_eq!(granted, 25);

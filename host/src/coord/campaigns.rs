@@ -1,6 +1,7 @@
-//! Campaigns coalesced into pipelines: the acquire scripts that a host's electors send at the
-//! same moment go to Redis as one pipeline ([`crate::coord::lease::acquire_many`]; one per primary on
-//! a Redis Cluster).
+//! Campaigns coalesced into pipelines: the campaigns that a host's electors send at the same
+//! moment go to the store together ([`TermStore::campaign_many`]: on Redis one pipeline of
+//! acquire scripts, one per primary on a Redis Cluster; on etcd a transaction each, sent at
+//! once).
 //!
 //! Followers wake when the lease they saw runs out, and the leases one host holds are renewed
 //! together (in the host's heartbeat, see [`crate::coord::heartbeat`]), so they expire together: the followers of
@@ -17,44 +18,41 @@
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::coord::lease::{Acquired, Campaign, LeaseResult};
-use crate::store::Conn;
+use crate::coord::term_store::{Campaign, Candidacy, Store, TermStore as _};
 
 /// Most campaigns in one pipeline.
 const MOST_PER_PIPELINE: usize = 1000;
 
-type Reply = oneshot::Sender<LeaseResult<Acquired>>;
+type Reply = oneshot::Sender<anyhow::Result<Campaign>>;
 
 /// The host's campaign coalescer (cheap to clone).
 #[derive(Clone)]
 pub struct Campaigns {
-    tx: mpsc::UnboundedSender<(Campaign, Reply)>,
+    tx: mpsc::UnboundedSender<(Candidacy, Reply)>,
 }
 
 impl Campaigns {
-    /// Starts the coalescer on `handle` (the lease runtime), sending over `conn`, until `stop`
+    /// Starts the coalescer on `handle` (the lease runtime), sending to `store`, until `stop`
     /// is cancelled.
-    pub fn start(handle: &tokio::runtime::Handle, conn: Conn, stop: CancellationToken) -> Self {
+    pub fn start(handle: &tokio::runtime::Handle, store: Store, stop: CancellationToken) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        handle.spawn(coalesce(conn, rx, stop));
+        handle.spawn(coalesce(store, rx, stop));
         Campaigns { tx }
     }
 
     /// Sends `campaign` with whatever other campaigns this host sends at the same moment, and
     /// returns its answer. The caller bounds the wait (the Redis timeout).
-    pub async fn acquire(&self, campaign: Campaign) -> LeaseResult<Acquired> {
+    pub async fn acquire(&self, campaign: Candidacy) -> anyhow::Result<Campaign> {
         let (reply, answer) = oneshot::channel();
-        let gone = || {
-            redis::RedisError::from((redis::ErrorKind::Io, "the campaign coalescer has stopped"))
-        };
+        let gone = || anyhow::anyhow!("the campaign coalescer has stopped");
         self.tx.send((campaign, reply)).map_err(|_| gone())?;
         answer.await.map_err(|_| gone())?
     }
 }
 
 async fn coalesce(
-    mut conn: Conn,
-    mut rx: mpsc::UnboundedReceiver<(Campaign, Reply)>,
+    store: Store,
+    mut rx: mpsc::UnboundedReceiver<(Candidacy, Reply)>,
     stop: CancellationToken,
 ) {
     loop {
@@ -80,9 +78,9 @@ async fn coalesce(
         if batch.is_empty() {
             continue;
         }
-        let (campaigns, replies): (Vec<Campaign>, Vec<Reply>) = batch.into_iter().unzip();
-        // One round trip per Redis node; each acquire answers for itself.
-        let answers = crate::coord::lease::acquire_many(&mut conn, &campaigns).await;
+        let (campaigns, replies): (Vec<Candidacy>, Vec<Reply>) = batch.into_iter().unzip();
+        // One round trip per Redis node; each campaign answers for itself.
+        let answers = store.campaign_many(&campaigns).await;
         for (reply, answer) in replies.into_iter().zip(answers) {
             let _ = reply.send(answer);
         }

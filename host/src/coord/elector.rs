@@ -38,12 +38,11 @@ use tracing::{debug, info, warn};
 
 use crate::coord::heartbeat::{Look, Renewed};
 use crate::coord::lease::Observed;
-use crate::coord::lease::{self, Acquired};
 use crate::coord::notices::Notice;
 use crate::coord::term::{Replicas, Term, mono_ms};
+use crate::coord::term_store::{Campaign, Candidacy, Store, StoreTerm, TermStore as _};
 use crate::coord::terms::TermEnd;
 use crate::coord::timing::Timing;
-use crate::store::Conn;
 use crate::store::keys::JobKeys;
 use crate::units::show;
 
@@ -141,7 +140,7 @@ enum Ended {
 impl Elector {
     /// Campaigns until `resign` is cancelled; then releases the lease if held and publishes
     /// [`Role::Stopped`].
-    pub async fn run(self, mut conn: Conn, role: watch::Sender<Role>, resign: CancellationToken) {
+    pub async fn run(self, store: Store, role: watch::Sender<Role>, resign: CancellationToken) {
         let Timing {
             lease_ttl,
             heartbeat,
@@ -167,14 +166,14 @@ impl Elector {
         // Whether this campaign follows a lease this host saw run out (a crash, most likely):
         // then failover speed comes first and nobody defers; balance follows by hand-over.
         let mut after_expiry = false;
-        // A term that ended while Redis did not answer: its owner and how it ended, for its
-        // history entry (reported before the next campaign).
-        let mut unreported: Option<(String, TermEnd)> = None;
+        // A term that ended while the store did not answer, and how it ended, for its history
+        // entry (reported before the next campaign).
+        let mut unreported: Option<(StoreTerm, TermEnd)> = None;
         while !resign.is_cancelled() {
-            if let Some((owner, how)) = unreported.take()
-                && !self.release_quietly(&mut conn, &owner, how).await
+            if let Some((held, how)) = unreported.take()
+                && !self.release_quietly(&store, &held, how).await
             {
-                unreported = Some((owner, how));
+                unreported = Some((held, how));
             }
             if !after_expiry && let Some(preferred) = self.defer_to(last_holder.as_deref()) {
                 debug!(preferred = %preferred, "not the preferred member: campaigning a heartbeat late");
@@ -206,8 +205,8 @@ impl Elector {
             let sent = Instant::now();
             let acquired = tokio::time::timeout(
                 redis_timeout,
-                self.campaigns.acquire(lease::Campaign {
-                    keys: self.keys.clone(),
+                self.campaigns.acquire(Candidacy {
+                    job: self.job.clone(),
                     owner: owner.clone(),
                     ttl: lease_ttl,
                     ask,
@@ -215,13 +214,10 @@ impl Elector {
             )
             .await;
             let wait = match acquired {
-                Ok(Ok(Acquired::Granted { token })) => {
-                    let term = Term::with_replicas(
-                        token,
-                        owner.clone(),
-                        sent + self.timing.leader_window(),
-                        self.replicas,
-                    );
+                Ok(Ok(Campaign::Won(held))) => {
+                    let token = held.token;
+                    let term =
+                        Term::granted(&held, sent + self.timing.leader_window(), self.replicas);
                     info!(token, owner = %owner, ttl = %show(lease_ttl), sent_ms = mono_ms(sent), deadline_ms = term.deadline_ms(), "became leader");
                     role.send_replace(Role::Leader(term.clone()));
                     leader_known(true, &mut leaderless_since);
@@ -241,7 +237,7 @@ impl Elector {
                         Ended::Resigned => {
                             let released = tokio::time::timeout(
                                 redis_timeout,
-                                lease::release(&mut conn, &self.keys, &owner, TermEnd::Released),
+                                store.end(&held, TermEnd::Released),
                             )
                             .await;
                             match released {
@@ -263,7 +259,7 @@ impl Elector {
                         Ended::HandedOver => {
                             let released = tokio::time::timeout(
                                 redis_timeout,
-                                lease::release(&mut conn, &self.keys, &owner, TermEnd::Released),
+                                store.end(&held, TermEnd::Released),
                             )
                             .await;
                             info!(
@@ -284,8 +280,8 @@ impl Elector {
                             // If Redis still holds our lease (a renewal that arrived late),
                             // give it back so that nobody waits out its TTL; the term's history
                             // entry says how it ended (asked again until Redis answers).
-                            if !self.release_quietly(&mut conn, &owner, how).await {
-                                unreported = Some((owner, how));
+                            if !self.release_quietly(&store, &held, how).await {
+                                unreported = Some((held, how));
                             }
                             continue;
                         }
@@ -294,15 +290,17 @@ impl Elector {
                 // This very candidacy holds the lease: the acquire was applied more than once
                 // (a batch resent after a redirect), and its token is unknown here. Give the
                 // lease back and campaign again.
-                Ok(Ok(Acquired::Held { holder, .. })) if holder == owner => {
+                Ok(Ok(Campaign::Held { owner: holder, .. })) if holder == owner => {
                     warn!(
                         "the campaign found the lease held by this candidacy (an acquire applied twice); giving it back and campaigning again"
                     );
-                    self.release_quietly(&mut conn, &owner, TermEnd::Released)
-                        .await;
+                    self.give_back(&store, &owner).await;
                     heartbeat
                 }
-                Ok(Ok(Acquired::Held { holder, ttl })) => {
+                Ok(Ok(Campaign::Held {
+                    owner: holder,
+                    left: ttl,
+                })) => {
                     leader_known(true, &mut leaderless_since);
                     let changed =
                         !matches!(&*role.borrow(), Role::Follower { leader } if *leader == holder);
@@ -312,7 +310,7 @@ impl Elector {
                             leader: holder.clone(),
                         });
                     }
-                    if ttl.is_none() {
+                    if ttl.is_none() && matches!(store, Store::Redis(_)) {
                         warn!(key = %self.keys.lease(), "the lease key has no expiry (set by hand?); looking at it every heartbeat until it is gone");
                     }
                     let (woke, holder) = self
@@ -337,10 +335,9 @@ impl Elector {
                     warn!("campaign failed: {e}");
                     leader_known(false, &mut leaderless_since);
                     role.send_replace(Role::Candidate);
-                    // A dropped connection may have carried the acquire to Redis before it
-                    // failed: give back whatever it may have taken (owner-checked).
-                    self.release_quietly(&mut conn, &owner, TermEnd::Released)
-                        .await;
+                    // A dropped connection may have carried the campaign to the store before
+                    // it failed: give back whatever it may have taken (owner-checked).
+                    self.give_back(&store, &owner).await;
                     heartbeat
                 }
                 Err(_) => {
@@ -350,9 +347,8 @@ impl Elector {
                     );
                     leader_known(false, &mut leaderless_since);
                     role.send_replace(Role::Candidate);
-                    // The acquire may still be applied after we gave up on it.
-                    self.release_quietly(&mut conn, &owner, TermEnd::Released)
-                        .await;
+                    // The campaign may still be applied after we gave up on it.
+                    self.give_back(&store, &owner).await;
                     heartbeat
                 }
             };
@@ -366,19 +362,27 @@ impl Elector {
         role.send_replace(Role::Stopped);
     }
 
-    /// Releases `owner`'s lease if Redis still holds it (owner-checked) and writes `how` its
-    /// term ended into the term history, without waiting longer than the Redis timeout or
-    /// complaining: used after a term ended uncleanly. False when Redis did not answer.
-    async fn release_quietly(&self, conn: &mut Conn, owner: &str, how: TermEnd) -> bool {
-        let released = tokio::time::timeout(
-            self.timing.redis_timeout,
-            lease::release(conn, &self.keys, owner, how),
-        )
-        .await;
+    /// Releases `held`'s lease if the store still holds it and writes `how` the term ended
+    /// into the term history, without waiting longer than the Redis timeout or complaining:
+    /// used after a term ended uncleanly. False when the store did not answer.
+    async fn release_quietly(&self, store: &Store, held: &StoreTerm, how: TermEnd) -> bool {
+        let released = tokio::time::timeout(self.timing.redis_timeout, store.end(held, how)).await;
         if let Ok(Ok(true)) = released {
-            info!("gave back a lease Redis still held for a term that had ended");
+            info!("gave back a lease the store still held for a term that had ended");
         }
         matches!(released, Ok(Ok(_)))
+    }
+
+    /// Gives back what the campaign as `owner` may have taken, its answer unheard
+    /// ([`crate::coord::term_store::TermStore::give_back`]), bounded by the Redis timeout,
+    /// without complaining.
+    async fn give_back(&self, store: &Store, owner: &str) {
+        let given =
+            tokio::time::timeout(self.timing.redis_timeout, store.give_back(&self.job, owner))
+                .await;
+        if let Ok(Ok(true)) = given {
+            info!("gave back a lease a campaign took without hearing its answer");
+        }
     }
 
     /// The node of the owner the last release notice named, if it named one.

@@ -93,9 +93,13 @@ impl Term {
     }
 
     /// The term a store granted ([`crate::coord::term_store::TermStore::campaign`]), valid until
-    /// `deadline`.
-    pub fn granted(term: &crate::coord::term_store::StoreTerm, deadline: Instant) -> Self {
-        let t = Term::new(term.token, term.owner.clone(), deadline);
+    /// `deadline`, its every write waiting for `replicas` (none: no waiting).
+    pub fn granted(
+        term: &crate::coord::term_store::StoreTerm,
+        deadline: Instant,
+        replicas: Option<Replicas>,
+    ) -> Self {
+        let t = Term::with_replicas(term.token, term.owner.clone(), deadline, replicas);
         let mut inner = Arc::try_unwrap(t.inner).expect("a new term is not shared");
         inner.lease = term.lease;
         Term {

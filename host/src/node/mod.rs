@@ -74,8 +74,9 @@ struct Host {
     conn: Conn,
     /// The store behind the seam (see [`crate::coord::term_store`]).
     seam: Store,
+    /// The same store over the lease connection: what the electors campaign and release with.
+    lease_seam: Store,
     leases: LeaseRuntime,
-    lease_conn: Conn,
     notices: ReleaseNotices,
     jobs: BTreeMap<String, JobHandle>,
     /// The served jobs, for the HTTP API.
@@ -230,7 +231,7 @@ impl Host {
         let resign = self.electors.child_token();
         let elector = self.tasks.spawn_on(
             elector
-                .run(self.lease_conn.clone(), role_tx, resign.clone())
+                .run(self.lease_seam.clone(), role_tx, resign.clone())
                 .instrument(span.clone()),
             self.leases.handle(),
         );
@@ -457,6 +458,13 @@ pub async fn run(
     // listener go through it; the rest still takes the connections above.
     let seam = Store::redis(RedisTerms::new(
         conn.clone(),
+        clients.clone(),
+        cfg.timing.redis_timeout,
+    ));
+    // The same store over the lease connection, for the electors and the campaigns (on the
+    // lease runtime).
+    let lease_seam = Store::redis(RedisTerms::new(
+        lease_conn.clone(),
         clients,
         cfg.timing.redis_timeout,
     ));
@@ -575,7 +583,7 @@ pub async fn run(
     });
     let campaigns = crate::coord::campaigns::Campaigns::start(
         leases.handle(),
-        lease_conn.clone(),
+        lease_seam.clone(),
         stop_heartbeat.clone(),
     );
     let mut host = Host {
@@ -583,8 +591,8 @@ pub async fn run(
         runtime,
         conn,
         seam,
+        lease_seam,
         leases,
-        lease_conn,
         notices,
         jobs: BTreeMap::new(),
         catalog,

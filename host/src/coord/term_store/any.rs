@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
-use super::{Campaign, Collection, RedisTerms, StoreTerm, TermStore, Written, Wrote};
+use super::{Campaign, Candidacy, Collection, RedisTerms, StoreTerm, TermStore, Written, Wrote};
 use crate::coord::fence::TermWrite;
 use crate::coord::members::{MemberInfo, Members};
 use crate::coord::notices::{NoticeFor, ReleaseNotices};
@@ -87,6 +87,14 @@ macro_rules! each {
 impl TermStore for Store {
     async fn campaign(&self, job: &str, owner: &str, ttl: Duration) -> anyhow::Result<Campaign> {
         each!(self, s => TermStore::campaign(s, job, owner, ttl).await)
+    }
+
+    async fn campaign_many(&self, candidacies: &[Candidacy]) -> Vec<anyhow::Result<Campaign>> {
+        each!(self, s => TermStore::campaign_many(s, candidacies).await)
+    }
+
+    async fn give_back(&self, job: &str, owner: &str) -> anyhow::Result<bool> {
+        each!(self, s => TermStore::give_back(s, job, owner).await)
     }
 
     async fn raise_tokens(&self, job: &str, token: u64) -> anyhow::Result<bool> {

@@ -1,7 +1,7 @@
 //! The etcd store behind [`TermStore`]: [`crate::store::etcd`], with this seam's terms and
 //! writes converted at the boundary.
 
-use super::{Campaign, Collection, StoreTerm, TermStore, Written, Wrote};
+use super::{Campaign, Candidacy, Collection, StoreTerm, TermStore, Written, Wrote};
 use crate::coord::elector::owner_node;
 use crate::coord::fence::{TermWrite, Written as TermWritten};
 use crate::coord::members::{self, MemberInfo, Members};
@@ -61,8 +61,19 @@ impl TermStore for EtcdTerms {
     async fn campaign(&self, job: &str, owner: &str, ttl: Duration) -> anyhow::Result<Campaign> {
         Ok(match EtcdTerms::campaign(self, job, owner, ttl).await? {
             etcd::Campaign::Won(t) => Campaign::Won(from_etcd(t)?),
-            etcd::Campaign::Held { owner, .. } => Campaign::Held { owner },
+            etcd::Campaign::Held { owner, .. } => Campaign::Held { owner, left: None },
         })
+    }
+
+    async fn campaign_many(&self, candidacies: &[Candidacy]) -> Vec<anyhow::Result<Campaign>> {
+        let each = candidacies
+            .iter()
+            .map(|c| TermStore::campaign(self, &c.job, &c.owner, c.ttl));
+        futures_util::future::join_all(each).await
+    }
+
+    async fn give_back(&self, job: &str, owner: &str) -> anyhow::Result<bool> {
+        Ok(EtcdTerms::release_owner(self, job, owner).await?)
     }
 
     async fn raise_tokens(&self, _job: &str, token: u64) -> anyhow::Result<bool> {

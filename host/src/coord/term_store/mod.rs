@@ -84,7 +84,26 @@ pub enum Campaign {
     Held {
         /// Its owner.
         owner: String,
+        /// Its lease's time left, where the store says: on Redis (`None` for a key without
+        /// expiry, never set so by Leasehold); on etcd never (a follower relies on the watch,
+        /// which wakes it when the lease lapses).
+        left: Option<Duration>,
     },
+}
+
+/// One campaign of [`TermStore::campaign_many`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Candidacy {
+    /// The job.
+    pub job: String,
+    /// The owner it would hold the job as (one of its own per campaign).
+    pub owner: String,
+    /// The lease's length.
+    pub ttl: Duration,
+    /// This host's ask for the job ([`crate::coord::balance::Ask`]) when it is the job's
+    /// preferred member: stored with the campaign when the job is held (Redis only: the etcd
+    /// store does not keep asks yet).
+    pub ask: Option<String>,
 }
 
 /// What a fenced write did.
@@ -117,6 +136,24 @@ pub trait TermStore {
         owner: &str,
         ttl: Duration,
     ) -> impl Future<Output = anyhow::Result<Campaign>> + Send;
+
+    /// Every campaign of `candidacies` (one host's, sent in the same moment) at once, each
+    /// answering for itself, in order: on Redis one round trip per node (each its own acquire
+    /// script), on etcd one transaction each, sent together.
+    fn campaign_many(
+        &self,
+        candidacies: &[Candidacy],
+    ) -> impl Future<Output = Vec<anyhow::Result<Campaign>>> + Send;
+
+    /// Gives back what a campaign as `owner` may have taken without its answer being heard (a
+    /// lost reply, a timeout): the job's lease if `owner` holds it. True when it did. On Redis
+    /// the term's history entry reads `released`; on etcd it is left open (read as `crashed`
+    /// once a later term begins).
+    fn give_back(
+        &self,
+        job: &str,
+        owner: &str,
+    ) -> impl Future<Output = anyhow::Result<bool>> + Send;
 
     /// Raises the tokens of `job`'s later terms above `token` (never lowers them): every term
     /// won after this returns has a higher token (a database's fence holds one the store has not

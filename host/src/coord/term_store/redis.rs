@@ -5,7 +5,7 @@
 use futures_util::StreamExt;
 use redis::AsyncCommands;
 
-use super::{Campaign, Collection, StoreTerm, TermStore, Written, Wrote};
+use super::{Campaign, Candidacy, Collection, StoreTerm, TermStore, Written, Wrote};
 use crate::coord::checks::FenceError;
 use crate::coord::fence::{TermWrite, unchecked};
 use crate::coord::lease::{self, Acquired};
@@ -64,9 +64,49 @@ impl TermStore for RedisTerms {
                     ttl,
                     lease: None,
                 }),
-                Acquired::Held { holder, .. } => Campaign::Held { owner: holder },
+                Acquired::Held { holder, ttl } => Campaign::Held {
+                    owner: holder,
+                    left: ttl,
+                },
             },
         )
+    }
+
+    async fn campaign_many(&self, candidacies: &[Candidacy]) -> Vec<anyhow::Result<Campaign>> {
+        let campaigns: Vec<lease::Campaign> = candidacies
+            .iter()
+            .map(|c| lease::Campaign {
+                keys: JobKeys::new(&c.job),
+                owner: c.owner.clone(),
+                ttl: c.ttl,
+                ask: c.ask.clone(),
+            })
+            .collect();
+        let answers = lease::acquire_many(&mut self.conn.clone(), &campaigns).await;
+        candidacies
+            .iter()
+            .zip(answers)
+            .map(|(c, answer)| {
+                Ok(match answer? {
+                    Acquired::Granted { token } => Campaign::Won(StoreTerm {
+                        job: c.job.clone(),
+                        owner: c.owner.clone(),
+                        token,
+                        ttl: c.ttl,
+                        lease: None,
+                    }),
+                    Acquired::Held { holder, ttl } => Campaign::Held {
+                        owner: holder,
+                        left: ttl,
+                    },
+                })
+            })
+            .collect()
+    }
+
+    async fn give_back(&self, job: &str, owner: &str) -> anyhow::Result<bool> {
+        let keys = JobKeys::new(job);
+        Ok(lease::release(&mut self.conn.clone(), &keys, owner, TermEnd::Released).await?)
     }
 
     async fn raise_tokens(&self, job: &str, token: u64) -> anyhow::Result<bool> {

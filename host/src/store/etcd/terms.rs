@@ -192,8 +192,10 @@ impl EtcdTerms {
         }
     }
 
-    /// Releases `job`'s key if `owner` holds it (a campaign whose answer was lost).
-    async fn release_owner(&self, job: &str, owner: &str) -> EtcdResult<bool> {
+    /// Releases `job`'s key if `owner` holds it (a campaign whose answer was lost): true when
+    /// it did. The term's history entry, if the campaign made one, is left open (read as
+    /// `crashed` once a later term begins).
+    pub async fn release_owner(&self, job: &str, owner: &str) -> EtcdResult<bool> {
         let key = lease_key(job)?;
         let mut c = self.client.clone();
         let txn = Txn::new()
