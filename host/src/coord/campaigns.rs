@@ -1,7 +1,7 @@
 //! Campaigns coalesced into pipelines: the campaigns that a host's electors send at the same
-//! moment go to the store together ([`TermStore::campaign_many`]: on Redis one pipeline of
-//! acquire scripts, one per primary on a Redis Cluster; on etcd a transaction each, sent at
-//! once).
+//! moment go to the store together
+//! ([`crate::coord::term_store::TermStore::campaign_many`]: on Redis one pipeline of acquire
+//! scripts, one per primary on a Redis Cluster; on etcd a transaction each, sent at once).
 //!
 //! Followers wake when the lease they saw runs out, and the leases one host holds are renewed
 //! together (in the host's heartbeat, see [`crate::coord::heartbeat`]), so they expire together: the followers of

@@ -23,9 +23,10 @@
 //! trip). If the notice is lost (the pub/sub connection dropped), the follower still wakes at
 //! the observed expiry.
 //!
-//! Electors run on their own single-threaded runtime with their own Redis connection
+//! Electors run on their own single-threaded runtime with their own connection to the store
 //! ([`crate::coord::lease_thread::LeaseRuntime`]), so renewals never wait behind guest
-//! execution or step writes.
+//! execution or step writes; they campaign and release through the seam
+//! ([`crate::coord::term_store::Store`]: on Redis the acquire and release scripts).
 //!
 //! Length: one state machine (campaign, follow, lead, step down) whose states share the locals
 //! of `Elector::run`; the lease runtime and the notices are in files of their own.
