@@ -20,6 +20,7 @@ use leasehold::coord::term_store::{
     Campaign, Candidacy, Collection, Store, StoreTerm, TermStore, Written, Wrote,
 };
 use leasehold::coord::terms::{KEPT, TermEnd};
+use leasehold::exec::runs::{self, RunRecord};
 use leasehold::store::keys::JobKeys;
 use leasehold_harness::{EtcdCluster, poll_until};
 
@@ -774,8 +775,9 @@ async fn campaigns_together<S: TermStore>(a: &S, b: &S) {
 
 /// The host's one way a term writes ([`fence::term_write`], what the runner and the guests'
 /// imports call) on `a`'s store: applied while the term holds; past the quota refused with the
-/// term going on; once another term holds the job, refused naming its holder, nothing written,
-/// and the term ended here at once.
+/// term going on; a run's record and checkpoint read back as the runner reads them
+/// ([`runs::read_from`]; one that is not a record reads corrupt); once another term holds the
+/// job, refused naming its holder, nothing written, and the term ended here at once.
 async fn the_hosts_term_writes(a: &Store, b: &Store) {
     let ttl = Duration::from_secs(10);
     let held = won(a, "hw", "a:1", ttl).await;
@@ -802,6 +804,38 @@ async fn the_hosts_term_writes(a: &Store, b: &Store) {
         other => panic!("a write past the quota: {other:?}"),
     }
     assert!(term.still_leader(), "a quota refusal leaves the term alone");
+    // A run's record and checkpoint, written as the runner writes them and read back as it
+    // reads them before running or resuming the run; a record that is not one reads corrupt.
+    let record = RunRecord::refused("2026-01-02", "2026-01-02T00:00:00.000Z");
+    let json = serde_json::to_vec(&record).unwrap();
+    let saved = [
+        (keys.run("2026-01-02"), &json[..]),
+        (keys.checkpoint("2026-01-02"), &b"step 3"[..]),
+        (keys.run("2026-01-03"), &b"{not a record"[..]),
+    ];
+    fence::term_write(a, &keys, &term, TermWrite::new(&saved, &[]))
+        .await
+        .expect("the run's record and checkpoint");
+    let read = runs::read_from(b, &keys, "2026-01-02")
+        .await
+        .expect("the record");
+    assert_eq!(read.as_ref().map(|r| &r.period), Some(&record.period));
+    assert_eq!(
+        runs::read_checkpoint_from(b, &keys, "2026-01-02")
+            .await
+            .unwrap(),
+        Some(b"step 3".to_vec())
+    );
+    assert!(
+        runs::read_from(b, &keys, "2026-01-04")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(matches!(
+        runs::read_from(b, &keys, "2026-01-03").await,
+        Err(runs::RecordError::Corrupt { .. })
+    ));
     assert!(answered("a's resignation", || a.resign(&held)).await);
     won(b, "hw", "b:1", ttl).await;
     let late = [(keys.data("k"), &b"late"[..])];

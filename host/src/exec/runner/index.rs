@@ -96,8 +96,10 @@ impl Runner {
             }
             return Some(p);
         }
-        let mut conn = self.conn.clone();
-        match term.bound(runs::read(&mut conn, &self.keys, id)).await {
+        match term
+            .bound(runs::read_from(&self.store, &self.keys, id))
+            .await
+        {
             None => return None,
             Some(Ok(Some(record))) => {
                 if let Some(p) = schedule.period_of_record(id, &record.scheduled_at) {

@@ -470,9 +470,11 @@ impl Runner {
         waiting: &[&String],
     ) -> Result<decide::HandOver, RunEnd> {
         let mut records = Vec::with_capacity(waiting.len());
-        let mut conn = self.conn.clone();
         for period in waiting {
-            match term.bound(runs::read(&mut conn, &self.keys, period)).await {
+            match term
+                .bound(runs::read_from(&self.store, &self.keys, period))
+                .await
+            {
                 None => return Err(RunEnd::Lost),
                 Some(Ok(r)) => records.push(r),
                 Some(Err(e)) => {

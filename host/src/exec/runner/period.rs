@@ -34,14 +34,18 @@ impl Runner {
         let keys = &self.keys;
         let token = term.token();
         let mut version = &self.job;
-        let mut conn = self.conn.clone();
-        let existing = match term.bound(runs::read(&mut conn, keys, &period.id)).await {
+        let existing = match term
+            .bound(runs::read_from(&self.store, keys, &period.id))
+            .await
+        {
             None => return RunEnd::Lost,
             Some(Ok(r)) => r,
             Some(Err(e @ RecordError::Corrupt { .. })) => {
                 return self.move_aside(term, &period.id, &e).await;
             }
-            Some(Err(RecordError::Redis(e))) => return RunEnd::Interrupted(e.to_string()),
+            Some(Err(e @ (RecordError::Redis(_) | RecordError::Store(_)))) => {
+                return RunEnd::Interrupted(e.to_string());
+            }
         };
         let now = now_rfc3339();
         let mut record = match (decide::entry(existing.as_ref(), request), existing) {
@@ -95,7 +99,10 @@ impl Runner {
             None
         } else {
             match self
-                .in_term(term, runs::read_checkpoint(&mut conn, keys, &period.id))
+                .in_term(
+                    term,
+                    runs::read_checkpoint_from(&self.store, keys, &period.id),
+                )
                 .await
             {
                 Ok(s) => s,

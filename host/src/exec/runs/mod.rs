@@ -33,6 +33,7 @@ pub use requests::{
 use serde::{Deserialize, Serialize};
 pub use state::{JobState, STATE_CMDS, set_paused, state, state_cmds, state_from, state_read};
 
+use crate::coord::term_store::{Store, TermStore as _};
 use crate::store::keys::JobKeys;
 
 /// Where a period's run stands.
@@ -291,6 +292,9 @@ pub enum RecordError {
     /// Redis could not be asked.
     #[error(transparent)]
     Redis(#[from] redis::RedisError),
+    /// The store could not be asked (a read through the seam, [`read_from`]).
+    #[error("{0:#}")]
+    Store(anyhow::Error),
 }
 
 /// Reads the record of `period`; `Ok(None)` if it was never written. A record that does not
@@ -304,6 +308,33 @@ pub async fn read<C: ConnectionLike>(
     let raw: Option<String> = redis::cmd("GET").arg(&key).query_async(conn).await?;
     raw.map(|r| serde_json::from_str(&r).map_err(|source| RecordError::Corrupt { key, source }))
         .transpose()
+}
+
+/// [`read`], through the seam: `period`'s run record in `store`.
+pub async fn read_from(
+    store: &Store,
+    keys: &JobKeys,
+    period: &str,
+) -> Result<Option<RunRecord>, RecordError> {
+    let key = keys.run(period);
+    let rest = keys.rest(&key).expect("the job's own key");
+    let raw = store
+        .read_key(keys.job(), rest)
+        .await
+        .map_err(RecordError::Store)?;
+    raw.map(|r| serde_json::from_slice(&r).map_err(|source| RecordError::Corrupt { key, source }))
+        .transpose()
+}
+
+/// [`read_checkpoint`], through the seam.
+pub async fn read_checkpoint_from(
+    store: &Store,
+    keys: &JobKeys,
+    period: &str,
+) -> anyhow::Result<Option<Vec<u8>>> {
+    let key = keys.checkpoint(period);
+    let rest = keys.rest(&key).expect("the job's own key");
+    store.read_key(keys.job(), rest).await
 }
 
 /// Reads the checkpoint of `period`'s run.
