@@ -17,11 +17,11 @@ use leasehold::coord::notices::{Notice, NoticeFor, ReleaseNotices};
 use leasehold::coord::quota::Quota;
 use leasehold::coord::term::Term;
 use leasehold::coord::term_store::{
-    Campaign, Candidacy, Collection, Store, StoreTerm, TermStore, Written, Wrote,
+    Campaign, Candidacy, Collection, JobReads, Store, StoreTerm, TermStore, Written, Wrote,
 };
 use leasehold::coord::terms::{KEPT, TermEnd};
 use leasehold::exec::runs::{self, RunRecord};
-use leasehold::store::keys::JobKeys;
+use leasehold::store::keys::{INDEXED, JobKeys};
 use leasehold_harness::{EtcdCluster, poll_until};
 
 use crate::harness::*;
@@ -719,6 +719,43 @@ async fn tokens_raised<S: TermStore>(a: &S, b: &S) {
     assert!(tb.token > ta2.token + 1_000_000_000);
 }
 
+/// What a leader reads of its job every round ([`TermStore::job_state`]): an
+/// operator's request, the open runs, the cursor and the run index's marker as the term's
+/// writes and the operator left them, and nothing where nothing was written.
+async fn job_state_reads<S: TermStore>(a: &S, b: &S) {
+    let ttl = Duration::from_secs(10);
+    let ta = won(a, "js", "a:1", ttl).await;
+    assert_eq!(
+        answered("a new job's state", || b.job_state("js")).await,
+        JobReads::default()
+    );
+    answered("an operator's request", || {
+        b.request("js", "2026-01-05", "r1")
+    })
+    .await;
+    let keys = JobKeys::new("js");
+    let sets = [(keys.cursor(), &b"2026-01-05T00:00:00Z"[..])];
+    let open = ["2026-01-05".to_string()];
+    let runs = [INDEXED.to_string(), "2026-01-05".to_string()];
+    let write = TermWrite::new(&sets, &[]).with(Bookkeeping {
+        open_add: &open,
+        runs_add: &runs,
+        ..Bookkeeping::default()
+    });
+    assert!(matches!(write_all(a, &ta, write).await, Wrote::Applied(_)));
+    assert_eq!(
+        answered("the job's state", || b.job_state("js")).await,
+        JobReads {
+            requests: vec![("2026-01-05".into(), b"r1".to_vec())],
+            open: vec!["2026-01-05".into()],
+            paused: None,
+            cursor: Some("2026-01-05T00:00:00Z".into()),
+            wanted: None,
+            indexed: true,
+        }
+    );
+}
+
 /// A host's campaigns sent together ([`TermStore::campaign_many`]): two candidacies for each of
 /// five jobs, each job won by exactly one, the other told who holds it, each won term holding
 /// its job; then what a campaign whose answer was lost took is given back by its owner alone
@@ -964,6 +1001,26 @@ async fn etcd_counts_a_terms_concurrent_writes_exactly() {
         let cluster = EtcdCluster::start(3).await;
         let (a, _) = etcd_pair(&cluster).await;
         Box::pin(concurrent_writes_count_exactly(&a)).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn redis_reads_a_jobs_state_as_its_writes_and_operators_left_it() {
+    deadline(Duration::from_secs(60), async {
+        let redis = RedisServer::start().await;
+        let (a, b) = redis_pair(&redis).await;
+        Box::pin(job_state_reads(&a, &b)).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn etcd_reads_a_jobs_state_as_its_writes_and_operators_left_it() {
+    deadline(Duration::from_secs(120), async {
+        let cluster = EtcdCluster::start(3).await;
+        let (a, b) = etcd_pair(&cluster).await;
+        Box::pin(job_state_reads(&a, &b)).await;
     })
     .await;
 }

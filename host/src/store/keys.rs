@@ -9,6 +9,10 @@
 //! `lh:{job}:notify`: operators' requests and pause flags, and a member asking for the job,
 //! publish there, so the leader's runner reads its state at once.
 
+/// The member of a job's run index that says it was built (records written before the index
+/// existed were indexed); never a period (periods start with a digit).
+pub const INDEXED: &str = ".indexed";
+
 /// The sorted set of live members (node id → expiry, ms of Redis's clock).
 pub const MEMBERS_LIVE: &str = "lh:{members}:live";
 /// The hash of member descriptions (node id → [`crate::coord::members::MemberInfo`] as JSON).

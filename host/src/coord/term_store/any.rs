@@ -7,7 +7,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
-use super::{Campaign, Candidacy, Collection, RedisTerms, StoreTerm, TermStore, Written, Wrote};
+use super::{
+    Campaign, Candidacy, Collection, JobReads, RedisTerms, StoreTerm, TermStore, Written, Wrote,
+};
 use crate::coord::fence::TermWrite;
 use crate::coord::members::{MemberInfo, Members};
 use crate::coord::notices::{NoticeFor, ReleaseNotices};
@@ -140,6 +142,10 @@ impl TermStore for Store {
         collection: Collection,
     ) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
         each!(self, s => TermStore::members(s, job, collection).await)
+    }
+
+    async fn job_state(&self, job: &str) -> anyhow::Result<JobReads> {
+        each!(self, s => TermStore::job_state(s, job).await)
     }
 
     async fn request(&self, job: &str, period: &str, value: &str) -> anyhow::Result<()> {

@@ -1,7 +1,7 @@
 //! The etcd store behind [`TermStore`]: [`crate::store::etcd`], with this seam's terms and
 //! writes converted at the boundary.
 
-use super::{Campaign, Candidacy, Collection, StoreTerm, TermStore, Written, Wrote};
+use super::{Campaign, Candidacy, Collection, JobReads, StoreTerm, TermStore, Written, Wrote};
 use crate::coord::elector::owner_node;
 use crate::coord::fence::{TermWrite, Written as TermWritten};
 use crate::coord::members::{self, MemberInfo, Members};
@@ -186,6 +186,19 @@ impl TermStore for EtcdTerms {
         collection: Collection,
     ) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
         Ok(EtcdTerms::members(self, job, collection.name()).await?)
+    }
+
+    async fn job_state(&self, job: &str) -> anyhow::Result<JobReads> {
+        let text = |v: Option<Vec<u8>>| v.map(|v| String::from_utf8_lossy(&v).into_owned());
+        let s = EtcdTerms::job_state(self, job).await?;
+        Ok(JobReads {
+            requests: s.requests,
+            open: s.open.into_iter().map(|(p, _)| p).collect(),
+            paused: text(s.paused),
+            cursor: text(s.cursor),
+            wanted: text(s.wanted),
+            indexed: s.indexed,
+        })
     }
 
     async fn request(&self, job: &str, period: &str, value: &str) -> anyhow::Result<()> {

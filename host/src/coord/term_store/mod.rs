@@ -58,7 +58,7 @@ mod etcd;
 mod redis;
 
 pub use any::{Store, names_etcd};
-pub use redis::RedisTerms;
+pub use redis::{RedisTerms, STATE_CMDS, state_cmds, state_reads};
 
 /// A term a store granted.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -221,6 +221,10 @@ pub trait TermStore {
         collection: Collection,
     ) -> impl Future<Output = anyhow::Result<Vec<(String, Vec<u8>)>>> + Send;
 
+    /// What a leader reads of `job` every round, in one request (on Redis one pipeline of the
+    /// job's slot; on etcd one read-only transaction): every field read at one moment.
+    fn job_state(&self, job: &str) -> impl Future<Output = anyhow::Result<JobReads>> + Send;
+
     /// Asks for a run of `period` with the request `value` (an operator's write, unfenced).
     fn request(
         &self,
@@ -296,6 +300,24 @@ pub trait TermStore {
         to: NoticeFor,
         payload: &str,
     ) -> impl Future<Output = anyhow::Result<()>> + Send;
+}
+
+/// What a leader reads of its job every round, as stored ([`TermStore::job_state`]; the runner
+/// decodes it: `exec::runs::JobState`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobReads {
+    /// Operators' requests not yet cleared: period → request as stored.
+    pub requests: Vec<(String, Vec<u8>)>,
+    /// Periods whose run is open.
+    pub open: Vec<String>,
+    /// The pause flag (who paused and when), if set.
+    pub paused: Option<String>,
+    /// The newest period's start accounted for, if any.
+    pub cursor: Option<String>,
+    /// The ask of the member that asks for the job, if one does.
+    pub wanted: Option<String>,
+    /// Whether the run index holds its marker ([`crate::store::keys::INDEXED`]).
+    pub indexed: bool,
 }
 
 /// A job's set or hash that a term write's bookkeeping changes.

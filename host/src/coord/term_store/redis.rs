@@ -5,7 +5,7 @@
 use futures_util::StreamExt;
 use redis::AsyncCommands;
 
-use super::{Campaign, Candidacy, Collection, StoreTerm, TermStore, Written, Wrote};
+use super::{Campaign, Candidacy, Collection, JobReads, StoreTerm, TermStore, Written, Wrote};
 use crate::coord::checks::FenceError;
 use crate::coord::fence::{TermWrite, unchecked};
 use crate::coord::lease::{self, Acquired};
@@ -50,6 +50,52 @@ impl RedisTerms {
     pub fn conn(&self) -> &Conn {
         &self.conn
     }
+}
+
+/// How many commands [`state_cmds`] makes.
+pub const STATE_CMDS: usize = 6;
+
+/// The commands that read a job's [`JobReads`] (all of the job's slot), for a pipeline or a
+/// [`crate::store::Batch`]; their replies, in order, read with [`state_reads`].
+pub fn state_cmds(keys: &JobKeys) -> [redis::Cmd; STATE_CMDS] {
+    [
+        redis::cmd("HGETALL").arg(keys.requests()).clone(),
+        redis::cmd("SMEMBERS").arg(keys.open_runs()).clone(),
+        redis::cmd("GET").arg(keys.paused()).clone(),
+        redis::cmd("GET").arg(keys.cursor()).clone(),
+        redis::cmd("GET").arg(keys.wanted()).clone(),
+        redis::cmd("ZSCORE")
+            .arg(keys.runs())
+            .arg(crate::store::keys::INDEXED)
+            .clone(),
+    ]
+}
+
+/// The [`JobReads`] from the replies to [`state_cmds`], in order.
+pub fn state_reads(replies: Vec<redis::RedisResult<redis::Value>>) -> redis::RedisResult<JobReads> {
+    let mut it = replies.into_iter();
+    let mut next = || {
+        it.next().unwrap_or_else(|| {
+            Err(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "missing reply",
+            )))
+        })
+    };
+    let requests: std::collections::BTreeMap<String, Vec<u8>> = redis::from_redis_value(next()?)?;
+    let open: Vec<String> = redis::from_redis_value(next()?)?;
+    let paused: Option<String> = redis::from_redis_value(next()?)?;
+    let cursor: Option<String> = redis::from_redis_value(next()?)?;
+    let wanted: Option<String> = redis::from_redis_value(next()?)?;
+    let indexed: Option<f64> = redis::from_redis_value(next()?)?;
+    Ok(JobReads {
+        requests: requests.into_iter().collect(),
+        open,
+        paused,
+        cursor,
+        wanted,
+        indexed: indexed.is_some(),
+    })
 }
 
 impl TermStore for RedisTerms {
@@ -213,6 +259,16 @@ impl TermStore for RedisTerms {
         };
         out.sort();
         Ok(out)
+    }
+
+    async fn job_state(&self, job: &str) -> anyhow::Result<JobReads> {
+        crate::metrics::get().round_trip("job-state");
+        let mut pipe = redis::pipe();
+        for c in state_cmds(&JobKeys::new(job)) {
+            pipe.add_command(c);
+        }
+        let replies: Vec<redis::Value> = pipe.query_async(&mut self.conn.clone()).await?;
+        Ok(state_reads(replies.into_iter().map(Ok).collect())?)
     }
 
     async fn request(&self, job: &str, period: &str, value: &str) -> anyhow::Result<()> {

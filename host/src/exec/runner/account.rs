@@ -30,9 +30,8 @@ fn parse_cursor(s: &str, schedule: &crate::exec::spec::Schedule) -> Option<DateT
 impl Runner {
     /// Reads the job's state and accounts for fired periods, unless the job is paused.
     pub(super) async fn account_now(&self, term: &Term) -> Result<Vec<String>, RunEnd> {
-        let mut conn = self.conn.clone();
         let state = self
-            .in_term(term, runs::state(&mut conn, &self.keys))
+            .in_term(term, runs::state_of(&self.store, &self.keys))
             .await?;
         self.note(&state);
         if state.paused.is_some() {

@@ -262,8 +262,10 @@ impl Runner {
             let state = match polled.take() {
                 Some(s) => s,
                 None => {
-                    let mut conn = self.conn.clone();
-                    match self.in_term(term, runs::state(&mut conn, &self.keys)).await {
+                    match self
+                        .in_term(term, runs::state_of(&self.store, &self.keys))
+                        .await
+                    {
                         Ok(s) => s,
                         Err(RunEnd::Lost) => return,
                         Err(e) => {

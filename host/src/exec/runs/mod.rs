@@ -31,7 +31,7 @@ pub use requests::{
     published_schedule, request, trigger, validate_period_shape,
 };
 use serde::{Deserialize, Serialize};
-pub use state::{JobState, STATE_CMDS, set_paused, state, state_cmds, state_from, state_read};
+pub use state::{JobState, set_paused, state_from, state_of, state_read};
 
 use crate::coord::term_store::{Store, TermStore as _};
 use crate::store::keys::JobKeys;
@@ -349,9 +349,7 @@ pub async fn read_checkpoint<C: ConnectionLike>(
         .await
 }
 
-/// The member of the run index that says it was built (records written before the index
-/// existed were indexed); never a period (periods start with a digit).
-pub const INDEXED: &str = ".indexed";
+pub use crate::store::keys::INDEXED;
 
 /// Every run record of the job, newest period first, from the job's run index
 /// (`lh:{job}:runs`) and the records, corrupt records kept aside and refused requests it names. A record that

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use redis::aio::ConnectionLike;
 
 use super::requests::Request;
+use crate::coord::term_store::{JobReads, Store, TermStore as _, state_cmds, state_reads};
 use crate::store::keys::JobKeys;
 
 /// What a leader reads every round, in one round trip.
@@ -28,37 +29,31 @@ pub struct JobState {
     pub indexed: bool,
 }
 
-/// Reads the job's [`JobState`] in one round trip (one pipeline of the job's keys).
-pub async fn state<C: ConnectionLike + Send + Sync>(
-    conn: &mut C,
-    keys: &JobKeys,
-) -> redis::RedisResult<JobState> {
-    crate::metrics::get().round_trip("job-state");
-    let mut pipe = redis::pipe();
-    for c in state_cmds(keys) {
-        pipe.add_command(c);
+impl From<JobReads> for JobState {
+    fn from(r: JobReads) -> Self {
+        JobState {
+            requested: r
+                .requests
+                .into_iter()
+                .map(|(period, v)| (period, Request::decode(&String::from_utf8_lossy(&v))))
+                .collect(),
+            open: r.open,
+            paused: r.paused,
+            cursor: r.cursor,
+            wanted: r.wanted,
+            indexed: r.indexed,
+        }
     }
-    let replies: Vec<redis::Value> = pipe.query_async(conn).await?;
-    state_from(replies.into_iter().map(Ok).collect())
 }
 
-/// The commands that read a job's [`JobState`] (all of the job's slot), for a pipeline or a
-/// [`crate::store::Batch`]; their replies, in order, read with [`state_from`].
-pub fn state_cmds(keys: &JobKeys) -> [redis::Cmd; STATE_CMDS] {
-    [
-        redis::cmd("HGETALL").arg(keys.requests()).clone(),
-        redis::cmd("SMEMBERS").arg(keys.open_runs()).clone(),
-        redis::cmd("GET").arg(keys.paused()).clone(),
-        redis::cmd("GET").arg(keys.cursor()).clone(),
-        redis::cmd("GET").arg(keys.wanted()).clone(),
-        redis::cmd("ZSCORE")
-            .arg(keys.runs())
-            .arg(super::INDEXED)
-            .clone(),
-    ]
+/// Reads the job's [`JobState`] through the seam in one request
+/// ([`crate::coord::term_store::TermStore::job_state`]).
+pub async fn state_of(store: &Store, keys: &JobKeys) -> anyhow::Result<JobState> {
+    Ok(store.job_state(keys.job()).await?.into())
 }
 
-/// The job's state as a read the heartbeat carries ([`crate::coord::heartbeat::Heartbeat::poll`]).
+/// The job's state as a read the heartbeat carries ([`crate::coord::heartbeat::Heartbeat::poll`]):
+/// the Redis store's commands for it ([`crate::coord::term_store::state_cmds`]).
 pub fn state_read(keys: &JobKeys) -> crate::coord::heartbeat::Read<JobState> {
     crate::coord::heartbeat::Read {
         slot_key: keys.lease(),
@@ -67,38 +62,9 @@ pub fn state_read(keys: &JobKeys) -> crate::coord::heartbeat::Read<JobState> {
     }
 }
 
-/// How many commands [`state_cmds`] makes.
-pub const STATE_CMDS: usize = 6;
-
 /// The [`JobState`] from the replies to [`state_cmds`], in order.
 pub fn state_from(replies: Vec<redis::RedisResult<redis::Value>>) -> redis::RedisResult<JobState> {
-    let mut it = replies.into_iter();
-    let mut next = || {
-        it.next().unwrap_or_else(|| {
-            Err(redis::RedisError::from((
-                redis::ErrorKind::Client,
-                "missing reply",
-            )))
-        })
-    };
-    let requested: BTreeMap<String, String> = redis::from_redis_value(next()?)?;
-    let open: Vec<String> = redis::from_redis_value(next()?)?;
-    let paused: Option<String> = redis::from_redis_value(next()?)?;
-    let cursor: Option<String> = redis::from_redis_value(next()?)?;
-    let wanted: Option<String> = redis::from_redis_value(next()?)?;
-    let indexed: Option<f64> = redis::from_redis_value(next()?)?;
-    let indexed = indexed.is_some();
-    Ok(JobState {
-        requested: requested
-            .into_iter()
-            .map(|(period, v)| (period, Request::decode(&v)))
-            .collect(),
-        open,
-        paused,
-        cursor,
-        wanted,
-        indexed,
-    })
+    state_reads(replies).map(JobState::from)
 }
 
 /// Pauses the job (`reason` says who and when) or resumes it (`None`). Operator actions, like

@@ -65,6 +65,7 @@ mod vacancy;
 pub use beat::{Beaten, Registration};
 pub use fenced::{EtcdWrite, WriteOutcome};
 pub use history::{HISTORY_KEPT, HistoryEntry};
+pub use reads::JobStateRead;
 pub use url::{EtcdUrl, parse as parse_url};
 
 /// etcd's own limit on a transaction's operations when it is not configured (`--max-txn-ops`).

@@ -1,9 +1,26 @@
 //! Reads of a job's keys and sets, and an operator's request: what the run bookkeeping of a
 //! term's write ([`super::fenced`]) changes, read back.
 
-use etcd_client::GetOptions;
+use etcd_client::{GetOptions, Txn, TxnOp, TxnOpResponse};
 
 use super::{EtcdResult, EtcdTerms, bounded, job_key, member_key};
+
+/// What a leader reads of its job every round, as [`EtcdTerms::job_state`] found it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobStateRead {
+    /// Operators' requests: period → request.
+    pub requests: Vec<(String, Vec<u8>)>,
+    /// The open-runs set's members (with their values, empty).
+    pub open: Vec<(String, Vec<u8>)>,
+    /// The job's `paused` key.
+    pub paused: Option<Vec<u8>>,
+    /// The job's `cursor` key.
+    pub cursor: Option<Vec<u8>>,
+    /// The job's `wanted` key.
+    pub wanted: Option<Vec<u8>>,
+    /// Whether the run index holds its built marker.
+    pub indexed: bool,
+}
 
 /// Reads of a job's keys, and an operator's request, for what writes change ([`super::fenced`]).
 impl EtcdTerms {
@@ -34,6 +51,61 @@ impl EtcdTerms {
                 )
             })
             .collect())
+    }
+
+    /// The job's requests, open runs, `paused`, `cursor` and `wanted` keys and the run index's
+    /// built marker, in one read-only transaction (one revision: every part read at once).
+    pub async fn job_state(&self, job: &str) -> EtcdResult<JobStateRead> {
+        let requests = member_key(job, "requests", "")?;
+        let open = member_key(job, "open", "")?;
+        let prefixed = || Some(GetOptions::new().with_prefix());
+        let txn = Txn::new().and_then([
+            TxnOp::get(requests.clone(), prefixed()),
+            TxnOp::get(open.clone(), prefixed()),
+            TxnOp::get(job_key(job, "paused")?, None),
+            TxnOp::get(job_key(job, "cursor")?, None),
+            TxnOp::get(job_key(job, "wanted")?, None),
+            TxnOp::get(
+                member_key(job, "runs", crate::store::keys::INDEXED)?,
+                Some(GetOptions::new().with_count_only()),
+            ),
+        ]);
+        let mut c = self.client.clone();
+        let reply = bounded(self.timeout, c.txn(txn)).await?;
+        let gets: Vec<_> = reply
+            .op_responses()
+            .into_iter()
+            .map(|r| match r {
+                TxnOpResponse::Get(g) => Ok(g),
+                _ => Err(etcd_client::Error::InvalidArgs(
+                    "etcd answered a read with something else".into(),
+                )),
+            })
+            .collect::<EtcdResult<_>>()?;
+        let [requested, opened, paused, cursor, wanted, indexed] = <[_; 6]>::try_from(gets)
+            .map_err(|_| {
+                etcd_client::Error::InvalidArgs("etcd answered a job's state short".into())
+            })?;
+        let members = |g: &etcd_client::GetResponse, prefix: &str| {
+            g.kvs()
+                .iter()
+                .map(|kv| {
+                    (
+                        String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned(),
+                        kv.value().to_vec(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let value = |g: &etcd_client::GetResponse| g.kvs().first().map(|kv| kv.value().to_vec());
+        Ok(JobStateRead {
+            requests: members(&requested, &requests),
+            open: members(&opened, &open),
+            paused: value(&paused),
+            cursor: value(&cursor),
+            wanted: value(&wanted),
+            indexed: indexed.count() > 0,
+        })
     }
 
     /// Sets one field of one of the job's hashes, unfenced: an operator's write (a request).
