@@ -813,7 +813,7 @@ async fn campaigns_together<S: TermStore>(a: &S, b: &S) {
 /// The host's one way a term writes ([`fence::term_write`], what the runner and the guests'
 /// imports call) on `a`'s store: applied while the term holds; past the quota refused with the
 /// term going on; a run's record and checkpoint read back as the runner reads them
-/// ([`runs::read_from`]; one that is not a record reads corrupt); once another term holds the
+/// ([`runs::read_from`]; one that is not a record reads corrupt; many keys at once in order); once another term holds the
 /// job, refused naming its holder, nothing written, and the term ended here at once.
 async fn the_hosts_term_writes(a: &Store, b: &Store) {
     let ttl = Duration::from_secs(10);
@@ -869,6 +869,16 @@ async fn the_hosts_term_writes(a: &Store, b: &Store) {
             .unwrap()
             .is_none()
     );
+    // Many keys at once, in order (past one etcd transaction's 128 operations), as the runner
+    // looks for the records of every period fired since its cursor.
+    let mut rests: Vec<String> = (0..300).map(|i| format!("run:2027-{i:03}")).collect();
+    rests[150] = "run:2026-01-02".into();
+    rests[299] = "ckpt:2026-01-02".into();
+    let many = answered("300 keys", || b.read_keys("hw", &rests)).await;
+    assert_eq!(many.len(), 300);
+    assert_eq!(many[150].as_deref(), Some(&json[..]));
+    assert_eq!(many[299].as_deref(), Some(&b"step 3"[..]));
+    assert_eq!(many.iter().filter(|v| v.is_some()).count(), 2);
     assert!(matches!(
         runs::read_from(b, &keys, "2026-01-03").await,
         Err(runs::RecordError::Corrupt { .. })

@@ -144,6 +144,10 @@ impl TermStore for Store {
         each!(self, s => TermStore::members(s, job, collection).await)
     }
 
+    async fn read_keys(&self, job: &str, rests: &[String]) -> anyhow::Result<Vec<Option<Vec<u8>>>> {
+        each!(self, s => TermStore::read_keys(s, job, rests).await)
+    }
+
     async fn job_state(&self, job: &str) -> anyhow::Result<JobReads> {
         each!(self, s => TermStore::job_state(s, job).await)
     }

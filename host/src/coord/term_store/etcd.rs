@@ -188,6 +188,10 @@ impl TermStore for EtcdTerms {
         Ok(EtcdTerms::members(self, job, collection.name()).await?)
     }
 
+    async fn read_keys(&self, job: &str, rests: &[String]) -> anyhow::Result<Vec<Option<Vec<u8>>>> {
+        Ok(EtcdTerms::get_many(self, job, rests).await?)
+    }
+
     async fn job_state(&self, job: &str) -> anyhow::Result<JobReads> {
         let text = |v: Option<Vec<u8>>| v.map(|v| String::from_utf8_lossy(&v).into_owned());
         let s = EtcdTerms::job_state(self, job).await?;

@@ -213,6 +213,14 @@ pub trait TermStore {
         rest: &str,
     ) -> impl Future<Output = anyhow::Result<Option<Vec<u8>>>> + Send;
 
+    /// The job's keys `rests` (as [`TermStore::read_key`] names them), in order: on Redis one
+    /// `MGET`, on etcd one read-only transaction per `--max-txn-ops` keys.
+    fn read_keys(
+        &self,
+        job: &str,
+        rests: &[String],
+    ) -> impl Future<Output = anyhow::Result<Vec<Option<Vec<u8>>>>> + Send;
+
     /// The members of the job's open-runs index (`open`) or run index (`runs`), or the
     /// periods and values of its operators' requests (`requests`), ordered by member.
     fn members(

@@ -261,6 +261,18 @@ impl TermStore for RedisTerms {
         Ok(out)
     }
 
+    async fn read_keys(&self, job: &str, rests: &[String]) -> anyhow::Result<Vec<Option<Vec<u8>>>> {
+        if rests.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys = JobKeys::new(job);
+        let full: Vec<String> = rests.iter().map(|r| keys.of(r)).collect();
+        Ok(redis::cmd("MGET")
+            .arg(&full)
+            .query_async(&mut self.conn.clone())
+            .await?)
+    }
+
     async fn job_state(&self, job: &str) -> anyhow::Result<JobReads> {
         crate::metrics::get().round_trip("job-state");
         let mut pipe = redis::pipe();

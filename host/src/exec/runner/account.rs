@@ -10,6 +10,7 @@ use super::decide::{self, Fired};
 use super::{RunEnd, Runner, now_rfc3339};
 use crate::coord::fence::{Bookkeeping, TermWrite};
 use crate::coord::term::Term;
+use crate::coord::term_store::TermStore as _;
 use crate::exec::runs::{self, RunRecord, RunStatus};
 use crate::units::show;
 
@@ -69,15 +70,15 @@ impl Runner {
             error!(cursor = ?state.cursor, oldest_recorded = %fired[0].id, "more than {ACCOUNT_MAX} periods fired since the cursor; the older ones are missed and not recorded one by one");
         }
         // Periods that already have a record (a trigger ran one early) keep it.
-        let mut conn = self.conn.clone();
-        let run_keys: Vec<String> = fired.iter().map(|p| self.keys.run(&p.id)).collect();
-        let existing: Vec<Option<String>> = self
-            .in_term(
-                term,
-                redis::cmd("MGET")
-                    .arg(&run_keys)
-                    .query_async::<Vec<Option<String>>>(&mut conn),
-            )
+        let run_keys: Vec<String> = fired
+            .iter()
+            .map(|p| {
+                let key = self.keys.run(&p.id);
+                self.keys.rest(&key).expect("the job's own key").to_string()
+            })
+            .collect();
+        let existing = self
+            .in_term(term, self.store.read_keys(self.keys.job(), &run_keys))
             .await?;
         let now_s = now_rfc3339();
         let mut busy = !state.open.is_empty();

@@ -3,6 +3,7 @@
 //! a run of an earlier schedule), refusing a request that names none.
 
 use super::*;
+use crate::coord::term_store::Store;
 
 impl Runner {
     /// Publishes the schedule this term runs (`lh:{job}:schedule`, a fenced write) unless
@@ -42,12 +43,15 @@ impl Runner {
     /// the others the records are found with a `SCAN` of the job's node (on one Redis node, the
     /// whole keyspace: once per job, after an upgrade).
     pub(super) async fn index_runs(&self, term: &Term, fresh: bool) -> Result<(), RunEnd> {
-        let mut conn = self.conn.clone();
-        let mut periods = if fresh {
-            Vec::new()
-        } else {
-            self.in_term(term, runs::unindexed(&mut conn, &self.keys))
-                .await?
+        let mut periods = match &self.store {
+            Store::Redis(redis) if !fresh => {
+                let mut conn = redis.conn().clone();
+                self.in_term(term, runs::unindexed(&mut conn, &self.keys))
+                    .await?
+            }
+            // An etcd store has no record from before the index: its every record was indexed
+            // with its write.
+            _ => Vec::new(),
         };
         if !periods.is_empty() {
             info!(

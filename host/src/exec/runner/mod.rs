@@ -82,9 +82,10 @@ pub(crate) struct Runner {
     /// Versions seen since start, oldest first (at most [`VERSIONS_KEPT`]).
     known: Vec<Arc<LoadedJob>>,
     runtime: Runtime,
-    /// Redis, for what the seam does not carry yet (the runner's reads, tasks).
+    /// Redis, for what the seam does not carry yet (fan-out tasks).
     conn: Conn,
-    /// The store behind the seam: every write of the term.
+    /// The store behind the seam: every write of the term, its reads of records, checkpoints
+    /// and state (the heartbeat's reads of the state stay Redis's for now).
     store: crate::coord::term_store::Store,
     node: String,
     timing: Timing,
@@ -110,9 +111,9 @@ pub(crate) struct Runner {
 pub(crate) struct RunnerHost {
     /// The WebAssembly runtime.
     pub runtime: Runtime,
-    /// Redis, for run records and checkpoints read (what the seam does not carry yet).
+    /// Redis, for what the seam does not carry yet (fan-out tasks).
     pub conn: Conn,
-    /// The store behind the seam: every write of a term, guest reads.
+    /// The store behind the seam: every write of a term, the runner's reads, guest reads.
     pub store: crate::coord::term_store::Store,
     /// This node's id.
     pub node: String,

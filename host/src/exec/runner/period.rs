@@ -14,6 +14,7 @@ use super::decide::{self, AfterFailure, Entry};
 use super::{NOT_READY_RETRY, RunEnd, Runner, now_rfc3339};
 use crate::coord::fence::{Bookkeeping, TermWrite};
 use crate::coord::term::Term;
+use crate::coord::term_store::TermStore as _;
 use crate::exec::runs::{self, FailureKind, RecordError, Request, RunRecord, RunStatus};
 use crate::exec::runtime::{LoadedJob, RunInfo, StepContext, StepError, StepOutcome, Work};
 use crate::exec::spec::Period;
@@ -516,14 +517,10 @@ impl Runner {
     /// index, in one fenced write, so that it blocks nothing; the period is not run.
     async fn move_aside(&self, term: &Term, period: &str, why: &RecordError) -> RunEnd {
         let keys = &self.keys;
-        let mut conn = self.conn.clone();
+        let record = keys.run(period);
+        let rest = keys.rest(&record).expect("the job's own key");
         let raw = match self
-            .in_term(
-                term,
-                redis::cmd("GET")
-                    .arg(keys.run(period))
-                    .query_async::<Option<Vec<u8>>>(&mut conn),
-            )
+            .in_term(term, self.store.read_key(keys.job(), rest))
             .await
         {
             Ok(raw) => raw.unwrap_or_default(),

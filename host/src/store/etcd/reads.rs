@@ -53,6 +53,38 @@ impl EtcdTerms {
             .collect())
     }
 
+    /// The job's `keys`, in order, as one revision has them: one read-only transaction for
+    /// every `--max-txn-ops` keys (the chunks at revisions of their own).
+    pub async fn get_many(&self, job: &str, keys: &[String]) -> EtcdResult<Vec<Option<Vec<u8>>>> {
+        let mut out = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(self.max_txn_ops.max(1)) {
+            let gets = chunk
+                .iter()
+                .map(|k| Ok(TxnOp::get(job_key(job, k)?, None)))
+                .collect::<EtcdResult<Vec<_>>>()?;
+            let mut c = self.client.clone();
+            let reply = bounded(self.timeout, c.txn(Txn::new().and_then(gets))).await?;
+            for r in reply.op_responses() {
+                match r {
+                    TxnOpResponse::Get(g) => {
+                        out.push(g.kvs().first().map(|kv| kv.value().to_vec()))
+                    }
+                    _ => {
+                        return Err(etcd_client::Error::InvalidArgs(
+                            "etcd answered a read with something else".into(),
+                        ));
+                    }
+                }
+            }
+        }
+        if out.len() != keys.len() {
+            return Err(etcd_client::Error::InvalidArgs(
+                "etcd answered a read of many keys short".into(),
+            ));
+        }
+        Ok(out)
+    }
+
     /// The job's requests, open runs, `paused`, `cursor` and `wanted` keys and the run index's
     /// built marker, in one read-only transaction (one revision: every part read at once).
     pub async fn job_state(&self, job: &str) -> EtcdResult<JobStateRead> {
