@@ -32,13 +32,15 @@
 //! guests' writes; on Redis the same script, `WAIT` and connection as before), the guests'
 //! reads, the SQL fence's token raise ([`TermStore::raise_tokens`]), the electors' campaigns
 //! ([`TermStore::campaign_many`], coalesced by [`crate::coord::campaigns`]) and releases
-//! ([`TermStore::end`], [`TermStore::give_back`]), and the host's one listener. The Redis store is the host's own connection ([`crate::store::Conn`]: a node,
+//! ([`TermStore::end`], [`TermStore::give_back`]), the runner's reads (its job's state,
+//! [`TermStore::job_state`]; its records and checkpoints, [`TermStore::read_key`] and
+//! [`TermStore::read_keys`]), and the host's one listener. The Redis store is the host's own connection ([`crate::store::Conn`]: a node,
 //! Sentinel, Cluster; the contract is also tested on a 3-primary Cluster).
 //!
 //! **Not yet.** The rest of the host still calls the Redis functions directly: its heartbeat
 //! (every job's renewal or look at the term and its membership in one pipeline per Redis node;
 //! [`TermStore::renew_all`] and [`TermStore::register`] are that beat's parts here, not yet one
-//! call), the runner's reads of its state and records,
+//! call; its registered reads of the runner's state use the Redis store's [`state_cmds`]),
 //! tasks, the HTTP API, the console and the CLI ([`Store::redis_conn`] hands the Redis
 //! connection to what is not moved yet, and on etcd says so). Moving them is the rest of issue
 //! 30, and until then a host runs only on Redis. A task's write (a worker's claim) is not part
