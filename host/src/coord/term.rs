@@ -79,17 +79,7 @@ impl Term {
         deadline: Instant,
         replicas: Option<Replicas>,
     ) -> Self {
-        base();
-        Term {
-            inner: Arc::new(Inner {
-                token,
-                owner,
-                deadline: AtomicU64::new(nanos(deadline)),
-                ended: watch::Sender::new(false),
-                replicas,
-                lease: None,
-            }),
-        }
+        Term::made(token, owner, deadline, replicas, None)
     }
 
     /// The term a store granted ([`crate::coord::term_store::TermStore::campaign`]), valid until
@@ -99,11 +89,32 @@ impl Term {
         deadline: Instant,
         replicas: Option<Replicas>,
     ) -> Self {
-        let t = Term::with_replicas(term.token, term.owner.clone(), deadline, replicas);
-        let mut inner = Arc::try_unwrap(t.inner).expect("a new term is not shared");
-        inner.lease = term.lease;
+        Term::made(
+            term.token,
+            term.owner.clone(),
+            deadline,
+            replicas,
+            term.lease,
+        )
+    }
+
+    fn made(
+        token: u64,
+        owner: String,
+        deadline: Instant,
+        replicas: Option<Replicas>,
+        lease: Option<(i64, i64)>,
+    ) -> Self {
+        base();
         Term {
-            inner: Arc::new(inner),
+            inner: Arc::new(Inner {
+                token,
+                owner,
+                deadline: AtomicU64::new(nanos(deadline)),
+                ended: watch::Sender::new(false),
+                replicas,
+                lease,
+            }),
         }
     }
 
