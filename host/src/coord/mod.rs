@@ -13,8 +13,9 @@
 //!   into round trips; [`heartbeat`] — membership, renewals, looks and registered reads in one
 //!   round trip per heartbeat.
 //! * [`members`] — the membership and its view; `balance` — who should lead which job.
-//! * [`term_store`] — the seam between a term and its store (Redis or etcd), not yet used by
-//!   the host (issue 30).
+//! * [`term_store`] — the seam between a term and its store (Redis or etcd); the host's term
+//!   writes, campaigns, releases, runner reads and listener go through it, its heartbeat and
+//!   tasks not yet (issue 30).
 
 pub(crate) mod balance;
 pub mod campaigns;

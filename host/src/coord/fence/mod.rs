@@ -277,8 +277,8 @@ pub enum TermWriteError {
     #[error("{0}")]
     Refused(Refusal),
     /// The store could not be asked (Redis, or etcd).
-    #[error("store: {0:#}")]
-    Redis(anyhow::Error),
+    #[error("store: {0}")]
+    Store(anyhow::Error),
     /// The write would take the job past its storage quota; nothing was written and the term
     /// goes on.
     #[error("{0}")]
@@ -354,7 +354,7 @@ pub async fn term_write(
         Ok(_) => "exists",
         Err(TermWriteError::Ended) => "ended",
         Err(TermWriteError::Refused(_)) => "refused",
-        Err(TermWriteError::Redis(_)) => "unavailable",
+        Err(TermWriteError::Store(_)) => "unavailable",
         Err(TermWriteError::NotReplicated { .. }) => "unreplicated",
         Err(TermWriteError::QuotaExceeded(_)) => "quota",
     };
@@ -401,7 +401,7 @@ async fn redis_write(
         Ok((applied, _)) => Ok(applied),
         Err(FenceError::Refused(refusal)) => Err(TermWriteError::Refused(refusal)),
         Err(FenceError::Quota(usage)) => Err(TermWriteError::QuotaExceeded(usage)),
-        Err(FenceError::Redis(e)) => Err(TermWriteError::Redis(e.into())),
+        Err(FenceError::Redis(e)) => Err(TermWriteError::Store(e.into())),
     }
 }
 
@@ -437,6 +437,6 @@ async fn store_write(
                 max_bytes: q.bytes,
             }))
         }
-        Err(e) => Err(TermWriteError::Redis(e)),
+        Err(e) => Err(TermWriteError::Store(e)),
     }
 }

@@ -54,8 +54,8 @@ impl Store {
 }
 
 impl Store {
-    /// Redis's connection, for what only the Redis store carries yet (fan-out tasks, the
-    /// runner's reads of its state): on etcd, an error saying so.
+    /// Redis's connection, for what only the Redis store carries yet (fan-out tasks): on etcd,
+    /// an error saying so.
     pub fn redis_conn(&self) -> anyhow::Result<crate::store::Conn> {
         match self {
             Store::Redis(r) => Ok(r.conn().clone()),

@@ -60,7 +60,7 @@ mod etcd;
 mod redis;
 
 pub use any::{Store, names_etcd};
-pub use redis::{RedisTerms, STATE_CMDS, state_cmds, state_reads};
+pub use redis::{RedisTerms, state_cmds, state_reads};
 
 /// A term a store granted.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,8 +88,8 @@ pub enum Campaign {
         /// Its owner.
         owner: String,
         /// Its lease's time left, where the store says: on Redis (`None` for a key without
-        /// expiry, never set so by Leasehold); on etcd never (a follower relies on the watch,
-        /// which wakes it when the lease lapses).
+        /// expiry, never set so by Leasehold); on etcd never (the host's watch wakes a follower
+        /// when the lease lapses, as on a release).
         left: Option<Duration>,
     },
 }

@@ -53,7 +53,7 @@ impl RedisTerms {
 }
 
 /// How many commands [`state_cmds`] makes.
-pub const STATE_CMDS: usize = 6;
+const STATE_CMDS: usize = 6;
 
 /// The commands that read a job's [`JobReads`] (all of the job's slot), for a pipeline or a
 /// [`crate::store::Batch`]; their replies, in order, read with [`state_reads`].

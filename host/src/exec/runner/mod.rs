@@ -559,7 +559,7 @@ impl Runner {
             // The runner's own records carry no quota; a refusal would be a host bug, and the
             // run is interrupted, not failed, if one ever came back.
             Err(
-                e @ (TermWriteError::Redis(_)
+                e @ (TermWriteError::Store(_)
                 | TermWriteError::NotReplicated { .. }
                 | TermWriteError::QuotaExceeded(_)),
             ) => Err(RunEnd::Interrupted(e.to_string())),

@@ -293,7 +293,7 @@ pub enum RecordError {
     #[error(transparent)]
     Redis(#[from] redis::RedisError),
     /// The store could not be asked (a read through the seam, [`read_from`]).
-    #[error("{0:#}")]
+    #[error(transparent)]
     Store(anyhow::Error),
 }
 
@@ -326,7 +326,7 @@ pub async fn read_from(
         .transpose()
 }
 
-/// [`read_checkpoint`], through the seam.
+/// Reads the checkpoint of `period`'s run, through the seam.
 pub async fn read_checkpoint_from(
     store: &Store,
     keys: &JobKeys,
@@ -335,18 +335,6 @@ pub async fn read_checkpoint_from(
     let key = keys.checkpoint(period);
     let rest = keys.rest(&key).expect("the job's own key");
     store.read_key(keys.job(), rest).await
-}
-
-/// Reads the checkpoint of `period`'s run.
-pub async fn read_checkpoint<C: ConnectionLike>(
-    conn: &mut C,
-    keys: &JobKeys,
-    period: &str,
-) -> redis::RedisResult<Option<Vec<u8>>> {
-    redis::cmd("GET")
-        .arg(keys.checkpoint(period))
-        .query_async(conn)
-        .await
 }
 
 pub use crate::store::keys::INDEXED;

@@ -242,7 +242,7 @@ impl HostState {
                 self.refusal = Some(refusal);
                 Err(store::WriteError::Fenced(text))
             }
-            Err(e @ (TermWriteError::Redis(_) | TermWriteError::NotReplicated { .. })) => {
+            Err(e @ (TermWriteError::Store(_) | TermWriteError::NotReplicated { .. })) => {
                 Err(store::WriteError::Unavailable(e.to_string()))
             }
             Err(TermWriteError::Ended) => Err(store::WriteError::NotLeader),
@@ -570,7 +570,7 @@ impl HostState {
         let res = ctx.term.bound(ctx.store.read(ctx.keys.job(), &key)).await;
         Ok(match res {
             Some(Ok(v)) => Ok(v),
-            Some(Err(e)) => Err(store::ReadError::Unavailable(format!("{e:#}"))),
+            Some(Err(e)) => Err(store::ReadError::Unavailable(e.to_string())),
             None => Err(store::ReadError::Unavailable("the term ended".into())),
         })
     }

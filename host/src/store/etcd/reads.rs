@@ -53,8 +53,8 @@ impl EtcdTerms {
             .collect())
     }
 
-    /// The job's `keys`, in order, as one revision has them: one read-only transaction for
-    /// every `--max-txn-ops` keys (the chunks at revisions of their own).
+    /// The job's `keys`, in order: one read-only transaction for every `--max-txn-ops` keys,
+    /// sent one after another (each chunk read at one revision, the chunks at their own).
     pub async fn get_many(&self, job: &str, keys: &[String]) -> EtcdResult<Vec<Option<Vec<u8>>>> {
         let mut out = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(self.max_txn_ops.max(1)) {
