@@ -407,7 +407,7 @@ async fn redis_write(
 
 /// `write` as `term` through the store's seam
 /// ([`crate::coord::term_store::TermStore::write_all`]; etcd): a refusal names the job's holder
-/// as a read just after it found it.
+/// as the store's answer found it.
 async fn store_write(
     store: &Store,
     keys: &JobKeys,
@@ -417,14 +417,7 @@ async fn store_write(
     let on = term.in_store(keys.job());
     match store.write_all(&on, write).await {
         Ok(Wrote::Applied(w)) => Ok(w),
-        Ok(Wrote::Refused) => Err(TermWriteError::Refused(Refusal::NotLeaseholder {
-            lease_holder: store
-                .holder(keys.job())
-                .await
-                .ok()
-                .flatten()
-                .unwrap_or_default(),
-        })),
+        Ok(Wrote::Refused(refusal)) => Err(TermWriteError::Refused(refusal)),
         Ok(Wrote::Quota(keys_kept, bytes_kept)) => {
             let q = write.quota.unwrap_or(Quota {
                 keys: u64::MAX,

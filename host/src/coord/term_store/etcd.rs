@@ -170,7 +170,11 @@ impl TermStore for EtcdTerms {
                     deleted,
                     usage,
                 }),
-                etcd::WriteOutcome::Refused { .. } => Wrote::Refused,
+                etcd::WriteOutcome::Refused { holder } => {
+                    Wrote::Refused(crate::coord::checks::Refusal::NotLeaseholder {
+                        lease_holder: holder.map(|(owner, _)| owner).unwrap_or_default(),
+                    })
+                }
                 etcd::WriteOutcome::Quota { keys, bytes } => Wrote::Quota(keys, bytes),
             },
         )

@@ -123,8 +123,9 @@ pub enum Written {
 pub enum Wrote {
     /// Applied (for `create` that found a key: answered, nothing written).
     Applied(TermWritten),
-    /// Refused by the store, nothing written: the term no longer holds the job.
-    Refused,
+    /// Refused by the store, nothing written: the term no longer holds the job (why, and who
+    /// holds it where the store says).
+    Refused(crate::coord::checks::Refusal),
     /// Refused, nothing written: the write would take the job past its quota; what it would
     /// keep `(keys, bytes)`.
     Quota(u64, u64),

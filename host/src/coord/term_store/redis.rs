@@ -225,7 +225,7 @@ impl TermStore for RedisTerms {
         let owner = (term.owner.as_str(), term.token);
         match unchecked::invoke(&mut self.conn.clone(), &keys, owner, write).await {
             Ok(w) => Ok(Wrote::Applied(w)),
-            Err(FenceError::Refused(_)) => Ok(Wrote::Refused),
+            Err(FenceError::Refused(r)) => Ok(Wrote::Refused(r)),
             Err(FenceError::Quota(q)) => Ok(Wrote::Quota(q.keys, q.bytes)),
             Err(FenceError::Redis(e)) => Err(e.into()),
         }
