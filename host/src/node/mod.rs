@@ -71,7 +71,6 @@ fn job_span(job: &str, node: &str) -> tracing::Span {
 struct Host {
     cfg: NodeConfig,
     runtime: Runtime,
-    conn: Conn,
     /// The store behind the seam (see [`crate::coord::term_store`]).
     seam: Store,
     /// The same store over the lease connection: what the electors campaign and release with.
@@ -241,7 +240,6 @@ impl Host {
             versions,
             RunnerHost {
                 runtime: self.runtime.clone(),
-                conn: self.conn.clone(),
                 store: self.seam.clone(),
                 node: node.clone(),
                 timing: cfg.timing,
@@ -454,8 +452,9 @@ pub async fn run(
     let tasks = TaskTracker::new();
     let stop_listener = CancellationToken::new();
     let clients = store::pubsub_clients(&cfg.redis_url)?;
-    // The store behind the seam (issue 30): term writes, guest reads, token raises and the one
-    // listener go through it; the rest still takes the connections above.
+    // The store behind the seam (issue 30): term writes, guest reads, token raises, the
+    // runners' reads and the one listener go through it; the heartbeat, tasks and the HTTP API
+    // still take the connections above.
     let seam = Store::redis(RedisTerms::new(
         conn.clone(),
         clients.clone(),
@@ -589,7 +588,6 @@ pub async fn run(
     let mut host = Host {
         cfg,
         runtime,
-        conn,
         seam,
         lease_seam,
         leases,

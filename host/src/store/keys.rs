@@ -131,12 +131,22 @@ impl JobKeys {
 
     /// The run record of a period.
     pub fn run(&self, period: &str) -> String {
-        format!("{}run:{period}", self.prefix)
+        self.of(&Self::run_rest(period))
+    }
+
+    /// [`JobKeys::run`] without the job's prefix (what the seam's reads take).
+    pub fn run_rest(period: &str) -> String {
+        format!("run:{period}")
     }
 
     /// The checkpoint (state for the next step) of a period's run.
     pub fn checkpoint(&self, period: &str) -> String {
-        format!("{}ckpt:{period}", self.prefix)
+        self.of(&Self::checkpoint_rest(period))
+    }
+
+    /// [`JobKeys::checkpoint`] without the job's prefix (what the seam's reads take).
+    pub fn checkpoint_rest(period: &str) -> String {
+        format!("ckpt:{period}")
     }
 
     /// Periods whose run is open (`running` or `waiting`), so a new leader finds them.

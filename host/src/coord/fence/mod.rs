@@ -329,10 +329,8 @@ pub async fn term_write(
                 term.bound(redis_write(redis.conn(), keys, term, &write))
                     .await
             }
-            Store::Etcd(_) => {
-                term.bound(Box::pin(store_write(store, keys, term, &write)))
-                    .await
-            }
+            // (The etcd side's future is boxed inside `Store`.)
+            Store::Etcd(_) => term.bound(store_write(store, keys, term, &write)).await,
         };
         match applied {
             Some(Err(TermWriteError::Refused(refusal))) => {

@@ -51,9 +51,7 @@ impl Store {
     pub fn redis(terms: RedisTerms) -> Store {
         Store::Redis(Arc::new(terms))
     }
-}
 
-impl Store {
     /// Redis's connection, for what only the Redis store carries yet (fan-out tasks): on etcd,
     /// an error saying so.
     pub fn redis_conn(&self) -> anyhow::Result<crate::store::Conn> {

@@ -72,10 +72,7 @@ impl Runner {
         // Periods that already have a record (a trigger ran one early) keep it.
         let run_keys: Vec<String> = fired
             .iter()
-            .map(|p| {
-                let key = self.keys.run(&p.id);
-                self.keys.rest(&key).expect("the job's own key").to_string()
-            })
+            .map(|p| crate::store::keys::JobKeys::run_rest(&p.id))
             .collect();
         let existing = self
             .in_term(term, self.store.read_keys(self.keys.job(), &run_keys))

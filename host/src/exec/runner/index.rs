@@ -44,8 +44,11 @@ impl Runner {
     /// whole keyspace: once per job, after an upgrade).
     pub(super) async fn index_runs(&self, term: &Term, fresh: bool) -> Result<(), RunEnd> {
         let mut periods = match &self.store {
-            Store::Redis(redis) if !fresh => {
-                let mut conn = redis.conn().clone();
+            Store::Redis(_) if !fresh => {
+                let mut conn = self
+                    .store
+                    .redis_conn()
+                    .map_err(|e| RunEnd::Interrupted(format!("{e:#}")))?;
                 self.in_term(term, runs::unindexed(&mut conn, &self.keys))
                     .await?
             }

@@ -55,7 +55,6 @@ use crate::coord::timing::Timing;
 use crate::exec::runs::{self, JobState, Request};
 use crate::exec::runtime::{LoadedJob, Runtime};
 use crate::exec::spec::Period;
-use crate::store::Conn;
 use crate::store::keys::JobKeys;
 
 /// How long a period whose inputs are not ready waits before its step is tried again.
@@ -82,10 +81,9 @@ pub(crate) struct Runner {
     /// Versions seen since start, oldest first (at most [`VERSIONS_KEPT`]).
     known: Vec<Arc<LoadedJob>>,
     runtime: Runtime,
-    /// Redis, for what the seam does not carry yet (fan-out tasks).
-    conn: Conn,
     /// The store behind the seam: every write of the term, its reads of records, checkpoints
-    /// and state (the heartbeat's reads of the state stay Redis's for now).
+    /// and state (the heartbeat's reads of the state stay Redis's for now); fan-out tasks
+    /// take its Redis connection ([`crate::coord::term_store::Store::redis_conn`]).
     store: crate::coord::term_store::Store,
     node: String,
     timing: Timing,
@@ -111,9 +109,8 @@ pub(crate) struct Runner {
 pub(crate) struct RunnerHost {
     /// The WebAssembly runtime.
     pub runtime: Runtime,
-    /// Redis, for what the seam does not carry yet (fan-out tasks).
-    pub conn: Conn,
-    /// The store behind the seam: every write of a term, the runner's reads, guest reads.
+    /// The store behind the seam: every write of a term, the runner's reads, guest reads (and
+    /// the Redis connection fan-out tasks still take).
     pub store: crate::coord::term_store::Store,
     /// This node's id.
     pub node: String,
@@ -168,7 +165,6 @@ impl Runner {
     ) -> Self {
         let RunnerHost {
             runtime,
-            conn,
             store,
             node,
             timing,
@@ -181,7 +177,6 @@ impl Runner {
             job,
             versions,
             runtime,
-            conn,
             store,
             node,
             timing,

@@ -444,7 +444,10 @@ impl Runner {
     ) -> Result<(), RunEnd> {
         let keys = &self.keys;
         let period = record.period.clone();
-        let mut conn = self.conn.clone();
+        let mut conn = self
+            .store
+            .redis_conn()
+            .map_err(|e| RunEnd::Interrupted(format!("{e:#}")))?;
         let adopt =
             crate::exec::tasks::adopt(&mut conn, keys, (term.owner(), term.token()), &period);
         match term.bound(adopt).await {
@@ -517,10 +520,9 @@ impl Runner {
     /// index, in one fenced write, so that it blocks nothing; the period is not run.
     async fn move_aside(&self, term: &Term, period: &str, why: &RecordError) -> RunEnd {
         let keys = &self.keys;
-        let record = keys.run(period);
-        let rest = keys.rest(&record).expect("the job's own key");
+        let rest = crate::store::keys::JobKeys::run_rest(period);
         let raw = match self
-            .in_term(term, self.store.read_key(keys.job(), rest))
+            .in_term(term, self.store.read_key(keys.job(), &rest))
             .await
         {
             Ok(raw) => raw.unwrap_or_default(),

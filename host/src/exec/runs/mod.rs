@@ -316,12 +316,11 @@ pub async fn read_from(
     keys: &JobKeys,
     period: &str,
 ) -> Result<Option<RunRecord>, RecordError> {
-    let key = keys.run(period);
-    let rest = keys.rest(&key).expect("the job's own key");
     let raw = store
-        .read_key(keys.job(), rest)
+        .read_key(keys.job(), &JobKeys::run_rest(period))
         .await
         .map_err(RecordError::Store)?;
+    let key = keys.run(period);
     raw.map(|r| serde_json::from_slice(&r).map_err(|source| RecordError::Corrupt { key, source }))
         .transpose()
 }
@@ -332,9 +331,9 @@ pub async fn read_checkpoint_from(
     keys: &JobKeys,
     period: &str,
 ) -> anyhow::Result<Option<Vec<u8>>> {
-    let key = keys.checkpoint(period);
-    let rest = keys.rest(&key).expect("the job's own key");
-    store.read_key(keys.job(), rest).await
+    store
+        .read_key(keys.job(), &JobKeys::checkpoint_rest(period))
+        .await
 }
 
 pub use crate::store::keys::INDEXED;

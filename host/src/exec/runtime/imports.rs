@@ -51,6 +51,14 @@ pub struct StepContext {
     pub stderr: StderrTail,
 }
 
+/// The Redis connection a step's or task's fan-out calls take (tasks are not on the seam yet):
+/// on etcd, unavailable.
+fn tasks_conn(ctx: &StepContext) -> Result<crate::store::Conn, tasks::TasksError> {
+    ctx.store
+        .redis_conn()
+        .map_err(|e| tasks::TasksError::Unavailable(format!("{e:#}")))
+}
+
 /// The last lines a guest wrote to stderr in one call, handed back to whoever made the call.
 #[derive(Clone, Debug, Default)]
 pub struct StderrTail(std::sync::Arc<std::sync::Mutex<String>>);
@@ -458,9 +466,9 @@ impl HostState {
         if !term.still_leader() {
             return Ok(Err(tasks::TasksError::NotLeader));
         }
-        let mut conn = match ctx.store.redis_conn() {
+        let mut conn = match tasks_conn(ctx) {
             Ok(c) => c,
-            Err(e) => return Ok(Err(tasks::TasksError::Unavailable(format!("{e:#}")))),
+            Err(e) => return Ok(Err(e)),
         };
         let call = crate::exec::tasks::submit(
             &mut conn,
@@ -521,9 +529,9 @@ impl HostState {
             return Ok(Err(tasks::TasksError::Invalid(why)));
         }
         let ctx = self.step()?;
-        let mut conn = match ctx.store.redis_conn() {
+        let mut conn = match tasks_conn(ctx) {
             Ok(c) => c,
-            Err(e) => return Ok(Err(tasks::TasksError::Unavailable(format!("{e:#}")))),
+            Err(e) => return Ok(Err(e)),
         };
         let call = crate::exec::tasks::output(&mut conn, &ctx.keys, &period, &id);
         Ok(match ctx.term.bound(call).await {
@@ -542,9 +550,9 @@ impl HostState {
             Err(e) => return Ok(Err(e)),
         };
         let ctx = self.step()?;
-        let mut conn = match ctx.store.redis_conn() {
+        let mut conn = match tasks_conn(ctx) {
             Ok(c) => c,
-            Err(e) => return Ok(Err(tasks::TasksError::Unavailable(format!("{e:#}")))),
+            Err(e) => return Ok(Err(e)),
         };
         let call = crate::exec::tasks::progress(&mut conn, &ctx.keys, &period);
         Ok(match ctx.term.bound(call).await {
