@@ -17,7 +17,8 @@ use leasehold::coord::notices::{Notice, NoticeFor, ReleaseNotices};
 use leasehold::coord::quota::Quota;
 use leasehold::coord::term::Term;
 use leasehold::coord::term_store::{
-    Campaign, Candidacy, Collection, JobReads, Store, StoreTerm, TermStore, Written, Wrote,
+    Beat, Beaten, Campaign, Candidacy, Collection, JobReads, Lease, LookAt, Store, StoreTerm,
+    TermStore, Written, Wrote,
 };
 use leasehold::coord::terms::{KEPT, TermEnd};
 use leasehold::exec::runs::{self, RunRecord};
@@ -756,6 +757,111 @@ async fn job_state_reads<S: TermStore>(a: &S, b: &S) {
     );
 }
 
+/// `beat` as a host sends it, until every part of it was answered (a beat is idempotent: a
+/// registration again, renewals again, looks again, reads again).
+async fn beaten<S: TermStore>(store: &S, beat: &Beat<'_>) -> Beaten {
+    wait_for("a beat answered whole", Duration::from_secs(30), || async {
+        let b = store.beat(beat).await;
+        let whole = b.members.is_ok()
+            && b.renewed.iter().all(Result::is_ok)
+            && b.looked.iter().all(Result::is_ok)
+            && b.read.iter().all(Result::is_ok);
+        whole.then_some(b)
+    })
+    .await
+}
+
+/// A host's heartbeat in one call ([`TermStore::beat`]), each part answering for itself and in
+/// order: its registration (the live members, the other host's too), the renewal of each term
+/// it leads (one ended by a later term reads false, the other still holds), a follower's look
+/// at a held job (its holder) and at a free one, and the job states its runners asked for. A
+/// look's ask is kept where the store keeps asks (`asks_kept`: Redis), read in the job's
+/// state.
+async fn a_hosts_beat<S: TermStore>(a: &S, b: &S, asks_kept: bool) {
+    let ttl = Duration::from_secs(10);
+    let info = MemberInfo::with_capacity(2);
+    let info_b = MemberInfo::with_capacity(3);
+    let seen = answered("b's registration", || b.register("node-b", &info_b, ttl)).await;
+    assert!(seen.contains_key("node-b"));
+    let ledger = won(a, "ledger", "node-a:1", ttl).await;
+    let gone = won(a, "gone", "node-a:2", ttl).await;
+    let payroll = won(b, "payroll", "node-b:1", ttl).await;
+    answered("an operator's request", || {
+        b.request("ledger", "2026-12-07", "r1")
+    })
+    .await;
+    // "gone"'s term ends and a later one begins: a's renewal of it must read false.
+    assert!(answered("a resigning gone", || a.resign(&gone)).await);
+    let later = won(b, "gone", "node-b:2", ttl).await;
+    let beat = Beat {
+        node: "node-a",
+        info: &info,
+        ttl,
+        renew: vec![&ledger, &gone],
+        look: vec![
+            LookAt {
+                job: "payroll",
+                ask: Some("node-a 7"),
+            },
+            LookAt {
+                job: "idle",
+                ask: None,
+            },
+        ],
+        read: vec!["ledger", "idle"],
+    };
+    let got = beaten(a, &beat).await;
+    let members = got.members.unwrap();
+    assert_eq!(
+        members
+            .iter()
+            .map(|(n, i)| (n.as_str(), i.capacity))
+            .collect::<Vec<_>>(),
+        vec![("node-a", 2), ("node-b", 3)]
+    );
+    let renewed: Vec<bool> = got.renewed.into_iter().map(Result::unwrap).collect();
+    assert_eq!(renewed, vec![true, false], "ledger still a's, gone b's");
+    let looked: Vec<Lease> = got.looked.into_iter().map(Result::unwrap).collect();
+    match &looked[0] {
+        Lease::Held { holder, ttl: left } => {
+            assert_eq!(holder, &payroll.owner);
+            assert!(left.is_none_or(|l| l <= ttl), "{left:?} left of {ttl:?}");
+        }
+        free => panic!("payroll is held: {free:?}"),
+    }
+    assert_eq!(looked[1], Lease::Free, "idle was never held");
+    let read: Vec<JobReads> = got.read.into_iter().map(Result::unwrap).collect();
+    assert_eq!(read.len(), 2);
+    assert_eq!(
+        read[0].requests,
+        vec![("2026-12-07".to_string(), b"r1".to_vec())]
+    );
+    assert_eq!(read[1], JobReads::default());
+    let wanted = answered("payroll's state", || b.job_state("payroll"))
+        .await
+        .wanted;
+    assert_eq!(wanted, asks_kept.then(|| "node-a 7".to_string()));
+    // The renewed term goes on; the later term of "gone" was not touched by a's beat.
+    assert!(answered("a's renewal", || a.renew(&ledger)).await);
+    assert!(answered("b's renewal", || b.renew(&later)).await);
+    assert_eq!(
+        answered("gone's holder", || a.holder("gone")).await,
+        Some(later.owner.clone())
+    );
+    // An empty beat (a host that leads and follows nothing) still registers.
+    let alone = Beat {
+        node: "node-a",
+        info: &info,
+        ttl,
+        renew: Vec::new(),
+        look: Vec::new(),
+        read: Vec::new(),
+    };
+    let got = beaten(a, &alone).await;
+    assert!(got.members.unwrap().contains_key("node-a"));
+    assert!(got.renewed.is_empty() && got.looked.is_empty() && got.read.is_empty());
+}
+
 /// A host's campaigns sent together ([`TermStore::campaign_many`]): two candidacies for each of
 /// five jobs, each job won by exactly one, the other told who holds it, each won term holding
 /// its job; then what a campaign whose answer was lost took is given back by its owner alone
@@ -1031,6 +1137,26 @@ async fn etcd_reads_a_jobs_state_as_its_writes_and_operators_left_it() {
         let cluster = EtcdCluster::start(3).await;
         let (a, b) = etcd_pair(&cluster).await;
         Box::pin(job_state_reads(&a, &b)).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn redis_answers_a_hosts_beat_each_part_for_itself() {
+    deadline(Duration::from_secs(60), async {
+        let redis = RedisServer::start().await;
+        let (a, b) = redis_pair(&redis).await;
+        Box::pin(a_hosts_beat(&a, &b, true)).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn etcd_answers_a_hosts_beat_each_part_for_itself() {
+    deadline(Duration::from_secs(120), async {
+        let cluster = EtcdCluster::start(3).await;
+        let (a, b) = etcd_pair(&cluster).await;
+        Box::pin(a_hosts_beat(&a, &b, false)).await;
     })
     .await;
 }

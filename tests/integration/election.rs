@@ -29,7 +29,7 @@ async fn one_of_three_leads_and_a_follower_takes_over_with_a_higher_token() {
             let conn = connect(&redis).await;
             let (role_tx, role_rx) = watch::channel(Role::Candidate);
             let resign = CancellationToken::new();
-            let elector = Elector { job: "recon".into(), node: format!("n{i}"), timing, keys: JobKeys::new("recon"), released: Notice::with_payload(), replicas: None, members: no_members(), hand_over: watch::channel(0).1, version: watch::channel(String::new()).1, heartbeat: heartbeat(&conn, timing, &format!("n{i}")), campaigns: campaigns(&store_of(&redis, &conn)) };
+            let elector = Elector { job: "recon".into(), node: format!("n{i}"), timing, keys: JobKeys::new("recon"), released: Notice::with_payload(), replicas: None, members: no_members(), hand_over: watch::channel(0).1, version: watch::channel(String::new()).1, heartbeat: heartbeat(&store_of(&redis, &conn), timing, &format!("n{i}")), campaigns: campaigns(&store_of(&redis, &conn)) };
             let task = tokio::spawn(elector.run(store_of(&redis, &conn), role_tx, resign.clone()));
             nodes.push((task, role_rx, resign));
         }
@@ -106,7 +106,7 @@ async fn a_resigning_leader_hands_over_without_waiting_for_the_ttl() {
                 members: no_members(),
                 hand_over: watch::channel(0).1,
                 version: watch::channel(String::new()).1,
-                heartbeat: heartbeat(&conn, timing, &format!("n{i}")),
+                heartbeat: heartbeat(&store_of(&redis, &conn), timing, &format!("n{i}")),
                 campaigns: campaigns(&store_of(&redis, &conn)),
             };
             tokio::spawn(elector.run(store_of(&redis, &conn), role_tx, resign.clone()));
@@ -168,10 +168,10 @@ fn store_of(redis: &RedisServer, conn: &Conn) -> Store {
 }
 
 /// A heartbeat of its own for one elector (node `node`), on the test's runtime.
-fn heartbeat(conn: &Conn, timing: Timing, node: &str) -> leasehold::coord::heartbeat::Heartbeat {
+fn heartbeat(store: &Store, timing: Timing, node: &str) -> leasehold::coord::heartbeat::Heartbeat {
     leasehold::coord::heartbeat::Heartbeat::start(
         &tokio::runtime::Handle::current(),
-        conn.clone(),
+        store.clone(),
         timing,
         leasehold::coord::heartbeat::Member {
             node: node.to_string(),

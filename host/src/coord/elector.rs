@@ -38,10 +38,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::coord::heartbeat::{Look, Renewed};
-use crate::coord::lease::Observed;
 use crate::coord::notices::Notice;
 use crate::coord::term::{Replicas, Term, mono_ms};
-use crate::coord::term_store::{Campaign, Candidacy, Store, StoreTerm, TermStore as _};
+use crate::coord::term_store::{Campaign, Candidacy, Lease, Store, StoreTerm, TermStore as _};
 use crate::coord::terms::TermEnd;
 use crate::coord::timing::Timing;
 use crate::store::keys::JobKeys;
@@ -429,7 +428,7 @@ impl Elector {
         role: &watch::Sender<Role>,
         resign: &CancellationToken,
     ) -> (Woke, String) {
-        let mut follow = self.heartbeat.follow(&self.keys);
+        let mut follow = self.heartbeat.follow(&self.job);
         let mut members = self.members.clone();
         members.borrow_and_update();
         follow.expect(expiry.unwrap_or_else(Instant::now), self.ask());
@@ -446,7 +445,7 @@ impl Elector {
             tokio::select! {
                 _ = runs_out => return (Woke::Expired, holder),
                 look = follow.looked.recv() => match look {
-                    Some(Look::Seen { lease: Observed::Held { holder: h, ttl }, sent }) => {
+                    Some(Look::Seen { lease: Lease::Held { holder: h, ttl }, sent }) => {
                         if h != holder {
                             info!(leader = %h, "following");
                             role.send_replace(Role::Follower { leader: h.clone() });
@@ -455,7 +454,7 @@ impl Elector {
                         expiry = ttl.map(|t| sent + t);
                         follow.expect(expiry.unwrap_or_else(Instant::now), self.ask());
                     }
-                    Some(Look::Seen { lease: Observed::Free, .. }) => return (Woke::Expired, holder),
+                    Some(Look::Seen { lease: Lease::Free, .. }) => return (Woke::Expired, holder),
                     Some(Look::Failed(why)) => debug!("looking at the lease failed: {why}"),
                     // The heartbeat stopped (shutdown): the observed expiry still wakes us.
                     None => expiry = expiry.or_else(|| Some(Instant::now() + self.timing.heartbeat)),
@@ -478,7 +477,7 @@ impl Elector {
         hand_over: &mut watch::Receiver<u64>,
     ) -> Ended {
         let (job, token) = (self.job.as_str(), term.token());
-        let mut batch = self.heartbeat.lead(&self.keys, term.owner());
+        let mut batch = self.heartbeat.lead(term.in_store(&self.job));
         loop {
             tokio::select! {
                 renewed = batch.renewed.recv() => match renewed {

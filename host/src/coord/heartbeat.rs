@@ -1,78 +1,81 @@
-//! The host's heartbeat: everything a host does every heartbeat goes to Redis as **one
-//! round trip** (one pipeline per Redis node, see [`Batch`]), however many jobs it serves.
+//! The host's heartbeat: everything a host does every heartbeat goes to its store as **one
+//! call**, [`TermStore::beat`](crate::coord::term_store::TermStore::beat) — on Redis one round
+//! trip (one pipeline per Redis node, see [`crate::store::Batch`]), on etcd one keep-alive and
+//! the transactions sent with it — however many jobs it serves.
 //!
-//! Each tick sends, in one [`Conn::batch`]:
+//! Each tick asks, in one [`Beat`]:
 //!
-//! 1. **Membership**: this host's registration ([`crate::coord::members::register`]'s script), which
-//!    returns the live members; the view is published on a `watch` for preference and balance.
+//! 1. **Membership**: this host's registration, which returns the live members; the view is
+//!    published on a `watch` for preference and balance.
 //! 2. **Renewals**: the owner-checked renewal of every term this host leads ([`Heartbeat::lead`]).
 //!    Each term's deadline moves to `t_sent + ttl − margin` with `t_sent` the instant the
-//!    batch was sent (I3), exactly as when each term renewed alone; a renewal that finds the
-//!    lease gone ends only its own term; a batch that fails or times out (bounded by the Redis
-//!    timeout) is reported to every term, each of which keeps its deadline and tries again at
-//!    the next tick.
+//!    beat was sent (I3), exactly as when each term renewed alone; a renewal that finds the
+//!    lease gone ends only its own term; a beat that fails or times out (bounded by the store
+//!    timeout, `--redis-timeout`) is reported to every term, each of which keeps its deadline
+//!    and tries again at the next tick.
 //! 3. **Follower looks**: for every job this host follows ([`Heartbeat::follow`]) whose lease,
 //!    as last seen, would run out before the next tick (or whose ask changed), the lease's
-//!    holder and time left (and this host's ask, when it is the job's preferred member). So a
-//!    follower that sees the leader renewing keeps waiting without a campaign of its own, and
-//!    one whose leader died still wakes at the lease's real expiry: crash failover is as fast
-//!    as before, and followers cost no round trip of their own.
-//! 4. **Registered reads**: every [`Read`] an upper layer asked for by now
-//!    ([`Heartbeat::poll`]): commands of one job's slot and the decoder of their replies. The
-//!    runner reads its job's state this way (requests, pause, cursor, open runs, a member's
-//!    ask) at its safety poll, not on its own; the heartbeat knows neither the commands nor
-//!    the state (so this layer does not depend on [`crate::exec`]).
+//!    holder and, where the store says (Redis), its time left (and this host's ask, when it is
+//!    the job's preferred member). So a follower that sees the leader renewing keeps waiting
+//!    without a campaign of its own, and one whose leader died still wakes at the lease's real
+//!    expiry: crash failover is as fast as before, and followers cost no round trip of their
+//!    own. (On etcd a look finds no time left: a follower is looked for at every tick, and the
+//!    host's listener wakes it when the lease lapses.)
+//! 4. **Registered reads**: the state ([`JobReads`]) of every job a runner asked for by now
+//!    ([`Heartbeat::poll`]). The runner reads its job's state this way (requests, pause,
+//!    cursor, open runs, a member's ask) at its safety poll, not on its own; the heartbeat
+//!    carries the seam's reads and knows nothing of what the runner makes of them (so this
+//!    layer does not depend on [`crate::exec`]).
 //!
 //! What is not periodic goes on its own: a campaign when a lease runs out or is released
 //! ([`crate::coord::campaigns`] coalesces those), a runner woken by a notice, a fire time or a retry,
 //! and every write of a term.
 //!
-//! The heartbeat runs on the lease runtime with the lease connection, so it never waits behind
-//! guest execution or step writes. [`Heartbeat::kick`] runs a tick at once (a member joined).
+//! The heartbeat runs on the lease runtime with the lease connection's store, so it never waits
+//! behind guest execution or step writes. [`Heartbeat::kick`] runs a tick at once (a member
+//! joined).
 //!
-//! Length: a tick builds one batch and hands every reply back to whoever asked (registration,
-//! renewals, looks, registered reads); the four share the state and the reply indices of one
-//! round trip.
+//! Length: a tick builds one beat and hands every answer back to whoever asked (registration,
+//! renewals, looks, registered reads); the four share the state of one call.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
-use redis::RedisResult;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::coord::lease::{self, Observed};
 use crate::coord::members::{self, MemberInfo, View, WorkerStats};
+use crate::coord::term_store::{
+    Beat, Beaten, JobReads, Lease, LookAt, Store, StoreTerm, TermStore as _,
+};
 use crate::coord::timing::Timing;
-use crate::store::keys::JobKeys;
-use crate::store::{Batch, Conn};
 use crate::units::show;
 
 /// What one heartbeat's renewal said about one term.
 #[derive(Clone, Debug)]
 pub enum Renewed {
-    /// Renewed: the lease was still this term's when the batch sent at `sent` reached Redis.
+    /// Renewed: the lease was still this term's when the beat sent at `sent` reached the store.
     Yes {
         /// When the batch was sent (the new deadline counts from here).
         sent: Instant,
     },
     /// The lease is no longer this term's.
     NotOurs,
-    /// No answer for this term (an error or no reply within the Redis timeout).
+    /// No answer for this term (an error or no reply within the store timeout).
     Failed(String),
 }
 
 /// What a follower's look at the lease found.
 #[derive(Clone, Debug)]
 pub enum Look {
-    /// The lease as Redis saw it, in the batch sent at `sent`.
+    /// The lease as the store saw it, in the beat sent at `sent`.
     Seen {
-        /// Who holds it (or [`Observed::Free`]).
-        lease: Observed,
-        /// When the batch was sent (a time left counts from here).
+        /// Who holds it (or [`Lease::Free`]).
+        lease: Lease,
+        /// When the beat was sent (a time left counts from here).
         sent: Instant,
     },
     /// No answer (the follower keeps what it saw before).
@@ -82,13 +85,12 @@ pub enum Look {
 enum Msg {
     Lead {
         id: u64,
-        keys: JobKeys,
-        owner: String,
+        term: StoreTerm,
         reply: mpsc::UnboundedSender<Renewed>,
     },
     Follow {
         id: u64,
-        keys: JobKeys,
+        job: String,
         reply: mpsc::UnboundedSender<Look>,
     },
     Expect {
@@ -165,11 +167,11 @@ pub struct Member {
 }
 
 impl Heartbeat {
-    /// Starts the heartbeat on `handle` (the lease runtime), over `conn`, every heartbeat of
+    /// Starts the heartbeat on `handle` (the lease runtime), on `store`, every heartbeat of
     /// `timing`, until `stop` is cancelled; then it deregisters `member`.
     pub fn start(
         handle: &tokio::runtime::Handle,
-        conn: Conn,
+        store: Store,
         timing: Timing,
         member: Member,
         stop: CancellationToken,
@@ -178,7 +180,7 @@ impl Heartbeat {
         let kick = Arc::new(Notify::new());
         let answering = Arc::new(AtomicBool::new(true));
         let task = handle.spawn(beat(
-            conn,
+            store,
             timing,
             member,
             rx,
@@ -201,16 +203,11 @@ impl Heartbeat {
         self.next.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Renews the term of `owner` on `keys` at every tick from now on.
-    pub fn lead(&self, keys: &JobKeys, owner: &str) -> Lead {
+    /// Renews `term` at every tick from now on.
+    pub fn lead(&self, term: StoreTerm) -> Lead {
         let id = self.id();
         let (reply, renewed) = mpsc::unbounded_channel();
-        let _ = self.tx.send(Msg::Lead {
-            id,
-            keys: keys.clone(),
-            owner: owner.to_string(),
-            reply,
-        });
+        let _ = self.tx.send(Msg::Lead { id, term, reply });
         Lead {
             id,
             tx: self.tx.clone(),
@@ -218,13 +215,13 @@ impl Heartbeat {
         }
     }
 
-    /// Follows the lease of `keys`: see [`Follow::expect`].
-    pub fn follow(&self, keys: &JobKeys) -> Follow {
+    /// Follows the lease of `job`: see [`Follow::expect`].
+    pub fn follow(&self, job: &str) -> Follow {
         let id = self.id();
         let (reply, looked) = mpsc::unbounded_channel();
         let _ = self.tx.send(Msg::Follow {
             id,
-            keys: keys.clone(),
+            job: job.to_string(),
             reply,
         });
         Follow {
@@ -234,27 +231,25 @@ impl Heartbeat {
         }
     }
 
-    /// Sends `read` in the first tick at or after `due` and resolves to its decoded replies;
-    /// `None` when the heartbeat stopped first. Dropping the future withdraws the read.
-    pub fn poll<T: Send + 'static>(
+    /// Reads `job`'s state in the first tick at or after `due`; `None` when the heartbeat
+    /// stopped first. Dropping the future withdraws the read.
+    pub fn poll(
         &self,
-        read: Read<T>,
+        job: &str,
         due: Instant,
-    ) -> impl Future<Output = Option<RedisResult<T>>> + Send + use<T> {
+    ) -> impl Future<Output = Option<anyhow::Result<JobReads>>> + Send + use<> {
         let (reply, rx) = oneshot::channel();
         let _ = self.tx.send(Msg::Poll(Polled {
-            slot_key: read.slot_key,
-            cmds: read.cmds,
+            job: job.to_string(),
             due,
             reply,
         }));
-        let decode = read.decode;
-        async move { Some(rx.await.ok()?.and_then(decode)) }
+        async move { rx.await.ok() }
     }
 
     /// Whether the last heartbeat was answered in time. A host whose heartbeat is not answered
     /// asks for no job ([`Follow::expect`]'s ask is held back, and the elector's campaigns do
-    /// not ask): its commands may still reach Redis late (a slow link applies what the host
+    /// not ask): its commands may still reach the store late (a slow link applies what the host
     /// gave up on), and a leader that handed it a job would hand it to a host that cannot
     /// hold a lease.
     pub fn answering(&self) -> bool {
@@ -272,14 +267,13 @@ impl Heartbeat {
     }
 }
 
-struct Term {
-    keys: JobKeys,
-    owner: String,
+struct Led {
+    term: StoreTerm,
     reply: mpsc::UnboundedSender<Renewed>,
 }
 
 struct Followed {
-    keys: JobKeys,
+    job: String,
     reply: mpsc::UnboundedSender<Look>,
     expiry: Option<Instant>,
     ask: Option<String>,
@@ -287,28 +281,16 @@ struct Followed {
     asked: bool,
 }
 
-/// A read another layer rides on the heartbeat: commands that all address one slot (one job's
-/// hash tag) and what makes their replies, in order, into a `T`.
-pub struct Read<T> {
-    /// A key of the slot the commands address (a cluster routes them by it).
-    pub slot_key: String,
-    /// The commands.
-    pub cmds: Vec<redis::Cmd>,
-    /// Their replies, in order, as a `T`.
-    pub decode: fn(Vec<RedisResult<redis::Value>>) -> RedisResult<T>,
-}
-
-/// A [`Read`] waiting for its tick; the reply is the raw replies (or why there are none).
+/// A job's state read waiting for its tick.
 struct Polled {
-    slot_key: String,
-    cmds: Vec<redis::Cmd>,
+    job: String,
     due: Instant,
-    reply: oneshot::Sender<RedisResult<Vec<RedisResult<redis::Value>>>>,
+    reply: oneshot::Sender<anyhow::Result<JobReads>>,
 }
 
 #[derive(Default)]
 struct State {
-    terms: BTreeMap<u64, Term>,
+    terms: BTreeMap<u64, Led>,
     follows: BTreeMap<u64, Followed>,
     polls: Vec<Polled>,
 }
@@ -316,19 +298,14 @@ struct State {
 impl State {
     fn apply(&mut self, msg: Msg) {
         match msg {
-            Msg::Lead {
-                id,
-                keys,
-                owner,
-                reply,
-            } => {
-                self.terms.insert(id, Term { keys, owner, reply });
+            Msg::Lead { id, term, reply } => {
+                self.terms.insert(id, Led { term, reply });
             }
-            Msg::Follow { id, keys, reply } => {
+            Msg::Follow { id, job, reply } => {
                 self.follows.insert(
                     id,
                     Followed {
-                        keys,
+                        job,
                         reply,
                         expiry: None,
                         ask: None,
@@ -355,7 +332,7 @@ impl State {
 }
 
 async fn beat(
-    mut conn: Conn,
+    store: Store,
     timing: Timing,
     member: Member,
     mut rx: mpsc::UnboundedReceiver<Msg>,
@@ -385,7 +362,7 @@ async fn beat(
         while let Ok(m) = rx.try_recv() {
             state.apply(m);
         }
-        let ok = once(&mut conn, &timing, &member, &mut state, !failing).await;
+        let ok = once(&store, &timing, &member, &mut state, !failing).await;
         answering.store(ok, Ordering::Relaxed);
         if ok == failing {
             if ok {
@@ -396,12 +373,7 @@ async fn beat(
             failing = !ok;
         }
     }
-    match tokio::time::timeout(
-        timing.redis_timeout,
-        members::deregister(&mut conn, &member.node),
-    )
-    .await
-    {
+    match tokio::time::timeout(timing.redis_timeout, store.deregister(&member.node)).await {
         Ok(Ok(())) => info!(node = %member.node, "left the membership"),
         _ => {
             warn!(node = %member.node, "could not leave the membership; it expires after {}", show(timing.lease_ttl))
@@ -409,11 +381,11 @@ async fn beat(
     }
 }
 
-/// One tick: builds the batch, sends it, hands out the answers. False when the batch got no
+/// One tick: builds the beat, sends it, hands out the answers. False when the beat got no
 /// answer at all. `answering`: whether the last tick was answered; if not, no ask is sent
 /// (they wait, unsent, for a tick after an answered one).
 async fn once(
-    conn: &mut Conn,
+    store: &Store,
     timing: &Timing,
     member: &Member,
     state: &mut State,
@@ -425,90 +397,58 @@ async fn once(
     state.follows.retain(|_, f| !f.reply.is_closed());
     state.polls.retain(|p| !p.reply.is_closed());
 
-    let mut batch = Batch::new();
     let mut info = member.info.clone();
     info.seen = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
     info.tasks = (member.tasks)();
-    let registration = members::register_into(&mut batch, &member.node, &info, timing.lease_ttl);
-    let renewals: Vec<(u64, usize)> = state
-        .terms
-        .iter()
-        .map(|(id, t)| {
-            (
-                *id,
-                lease::renew_into(&mut batch, &t.keys, &t.owner, timing.lease_ttl),
-            )
-        })
-        .collect();
-    let looks: Vec<(u64, usize)> = state
+    let renewals: Vec<u64> = state.terms.keys().copied().collect();
+    // Each look, and whether it carries the follower's ask.
+    let looks: Vec<(u64, bool)> = state
         .follows
         .iter_mut()
         .filter(|(_, f)| f.expiry.is_some_and(|e| e <= next_tick) || (!f.asked && answering))
         .map(|(id, f)| {
-            let ask = if answering {
+            if answering {
                 f.asked = true;
-                f.ask.as_deref()
-            } else {
-                None
-            };
-            (
-                *id,
-                lease::observe_into(&mut batch, &f.keys, ask, timing.lease_ttl),
-            )
+            }
+            (*id, answering)
         })
         .collect();
     let (due, later): (Vec<Polled>, Vec<Polled>) = std::mem::take(&mut state.polls)
         .into_iter()
         .partition(|p| p.due <= now);
     state.polls = later;
-    let reads: Vec<(Polled, (usize, usize))> = due
-        .into_iter()
-        .map(|mut p| {
-            let first = batch.len();
-            let cmds = std::mem::take(&mut p.cmds);
-            let n = cmds.len();
-            for c in cmds {
-                batch.cmd(&p.slot_key, c);
-            }
-            (p, (first, n))
-        })
-        .collect();
 
     let sent = Instant::now();
-    let replies =
-        match tokio::time::timeout(timing.redis_timeout, conn.batch("heartbeat", &batch)).await {
-            Ok(r) => r,
-            Err(_) => {
-                let why = format!("no reply from redis within {}", show(timing.redis_timeout));
-                for (id, _) in &renewals {
-                    let _ = state.terms[id].reply.send(Renewed::Failed(why.clone()));
-                }
-                for (id, _) in &looks {
-                    let _ = state.follows[id].reply.send(Look::Failed(why.clone()));
-                }
-                for (p, _) in reads {
-                    let _ = p.reply.send(Err(redis::RedisError::from((
-                        redis::ErrorKind::Io,
-                        "no reply from redis in time",
-                    ))));
-                }
-                return false;
-            }
+    let beaten = {
+        let beat = Beat {
+            node: &member.node,
+            info: &info,
+            ttl: timing.lease_ttl,
+            renew: renewals.iter().map(|id| &state.terms[id].term).collect(),
+            look: looks
+                .iter()
+                .map(|(id, ask)| {
+                    let f = &state.follows[id];
+                    LookAt {
+                        job: &f.job,
+                        ask: if *ask { f.ask.as_deref() } else { None },
+                    }
+                })
+                .collect(),
+            read: due.iter().map(|p| p.job.as_str()).collect(),
         };
-    let mut replies: Vec<Option<RedisResult<redis::Value>>> =
-        replies.into_iter().map(Some).collect();
-    let mut take = |i: usize| {
-        replies
-            .get_mut(i)
-            .and_then(Option::take)
-            .unwrap_or_else(|| {
-                Err(redis::RedisError::from((
-                    redis::ErrorKind::Client,
-                    "no reply",
-                )))
-            })
+        match tokio::time::timeout(timing.redis_timeout, store.beat(&beat)).await {
+            Ok(beaten) => beaten,
+            Err(_) => Beaten::failed(
+                &beat,
+                &format!(
+                    "no reply from the store within {}",
+                    show(timing.redis_timeout)
+                ),
+            ),
+        }
     };
-    let answered = match members::registered(take(registration)) {
+    let answered = match beaten.members {
         Ok(live) => {
             let next = member.view.borrow().next(live, Instant::now());
             if next.members.keys().ne(member.view.borrow().members.keys()) {
@@ -518,27 +458,27 @@ async fn once(
             true
         }
         Err(e) => {
-            // Another command may still have been answered (a cluster's other primaries).
-            tracing::debug!(node = %member.node, "membership registration failed: {e}");
+            // Another part may still have been answered (a cluster's other primaries).
+            tracing::debug!(node = %member.node, "membership registration failed: {e:#}");
             false
         }
     };
-    for (id, i) in renewals {
-        let _ = state.terms[&id].reply.send(match lease::renewed(take(i)) {
+    for (id, renewed) in renewals.iter().zip(beaten.renewed) {
+        let _ = state.terms[id].reply.send(match renewed {
             Ok(true) => Renewed::Yes { sent },
             Ok(false) => Renewed::NotOurs,
-            Err(e) => Renewed::Failed(e.to_string()),
+            Err(e) => Renewed::Failed(format!("{e:#}")),
         });
     }
-    for (id, i) in looks {
-        let look = match lease::observed(take(i)) {
+    for ((id, _), looked) in looks.iter().zip(beaten.looked) {
+        let look = match looked {
             Ok(lease) => Look::Seen { lease, sent },
-            Err(e) => Look::Failed(e.to_string()),
+            Err(e) => Look::Failed(format!("{e:#}")),
         };
-        if let Some(f) = state.follows.get_mut(&id) {
+        if let Some(f) = state.follows.get_mut(id) {
             // Until the follower says otherwise, do not look again before the new expiry.
             if let Look::Seen {
-                lease: Observed::Held { ttl: Some(ttl), .. },
+                lease: Lease::Held { ttl: Some(ttl), .. },
                 ..
             } = &look
             {
@@ -547,9 +487,8 @@ async fn once(
             let _ = f.reply.send(look);
         }
     }
-    for (p, (first, n)) in reads {
-        let replies = (first..first + n).map(&mut take).collect();
-        let _ = p.reply.send(Ok(replies));
+    for (p, read) in due.into_iter().zip(beaten.read) {
+        let _ = p.reply.send(read);
     }
     answered
 }

@@ -36,6 +36,7 @@ use std::time::Duration;
 use redis::Script;
 use redis::aio::ConnectionLike;
 
+use crate::coord::term_store::Lease;
 use crate::coord::terms::{KEPT, TermEnd};
 use crate::store::keys::JobKeys;
 use crate::store::{Batch, Conn};
@@ -369,20 +370,6 @@ pub async fn renew_many<'a>(
         .collect()
 }
 
-/// What a follower's look at the lease found ([`observe_into`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Observed {
-    /// Held by `holder`, with `ttl` left (`None`: no expiry, set by hand).
-    Held {
-        /// The owner.
-        holder: String,
-        /// Time left as Redis saw it.
-        ttl: Option<Duration>,
-    },
-    /// Nobody holds the lease.
-    Free,
-}
-
 /// Adds a follower's look at the lease of `keys` to `batch`: who holds it and for how long,
 /// and, with `ask` (this node, when it is the job's preferred member), the same ask for the job
 /// the acquire script makes ([`acquire_or_ask`]). Its reply reads with [`observed`].
@@ -398,16 +385,17 @@ pub fn observe_into(batch: &mut Batch, keys: &JobKeys, ask: Option<&str>, ttl: D
     )
 }
 
-/// A follower's look's reply.
-pub fn observed(reply: redis::RedisResult<redis::Value>) -> LeaseResult<Observed> {
+/// A follower's look's reply (`ttl`: the time left as Redis saw it; `None` for a lease without
+/// expiry, set by hand).
+pub fn observed(reply: redis::RedisResult<redis::Value>) -> LeaseResult<Lease> {
     let (held, holder, ttl_ms): (i64, String, i64) = redis::from_redis_value(reply?)?;
     Ok(if held == 1 {
-        Observed::Held {
+        Lease::Held {
             holder,
             ttl: (ttl_ms >= 0).then(|| Duration::from_millis(ttl_ms as u64)),
         }
     } else {
-        Observed::Free
+        Lease::Free
     })
 }
 

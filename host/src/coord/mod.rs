@@ -1,7 +1,7 @@
 //! Coordination: who may write, who leads, who should lead. The second layer: it uses
 //! [`crate::store`] (connections, keys) and the leaves ([`crate::units`], [`crate::metrics`]),
 //! never [`crate::exec`] or [`crate::node`]; what an upper layer needs carried in the heartbeat
-//! it registers there ([`heartbeat::Read`], [`heartbeat::Member::tasks`]).
+//! it registers there ([`heartbeat::Heartbeat::poll`], [`heartbeat::Member::tasks`]).
 //!
 //! * [`lease`] — the lease scripts (campaign, renew, release, observe); [`term`] — a term and
 //!   its local deadline; [`terms`] — the capped history of a job's terms; [`timing`] — the lease timings and their relations (I4).

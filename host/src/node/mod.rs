@@ -453,17 +453,17 @@ pub async fn run(
     let stop_listener = CancellationToken::new();
     let clients = store::pubsub_clients(&cfg.redis_url)?;
     // The store behind the seam (issue 30): term writes, guest reads, token raises, the
-    // runners' reads and the one listener go through it; the heartbeat, tasks and the HTTP API
-    // still take the connections above.
+    // runners' reads and the one listener go through it; tasks and the HTTP API still take
+    // the connection above.
     let seam = Store::redis(RedisTerms::new(
         conn.clone(),
         clients.clone(),
         cfg.timing.redis_timeout,
     ));
-    // The same store over the lease connection, for the electors and the campaigns (on the
-    // lease runtime).
+    // The same store over the lease connection, for the electors, the campaigns and the
+    // heartbeat (on the lease runtime).
     let lease_seam = Store::redis(RedisTerms::new(
-        lease_conn.clone(),
+        lease_conn,
         clients,
         cfg.timing.redis_timeout,
     ));
@@ -493,12 +493,7 @@ pub async fn run(
     let counters = Arc::new(crate::exec::workers::Counters::new(cfg.task_slots));
     let first_view = match tokio::time::timeout(
         cfg.timing.redis_timeout,
-        crate::coord::members::register(
-            &mut lease_conn.clone(),
-            &node,
-            &member,
-            cfg.timing.lease_ttl,
-        ),
+        lease_seam.register(&node, &member, cfg.timing.lease_ttl),
     )
     .await
     {
@@ -510,12 +505,12 @@ pub async fn run(
     };
     info!(node = %node, members = %crate::coord::members::joined(first_view.members.keys()), capacity = cfg.capacity, "registered in the membership");
     let (members_tx, members) = watch::channel(first_view);
-    // The heartbeat: membership, renewals, follower looks and idle runners' reads in one round
-    // trip (per Redis node) every heartbeat, on the lease runtime.
+    // The heartbeat: membership, renewals, follower looks and idle runners' reads in one call
+    // to the store (one round trip per Redis node) every heartbeat, on the lease runtime.
     let stop_heartbeat = CancellationToken::new();
     let (heartbeat, heartbeat_task) = crate::coord::heartbeat::Heartbeat::start(
         leases.handle(),
-        lease_conn.clone(),
+        lease_seam.clone(),
         cfg.timing,
         crate::coord::heartbeat::Member {
             node: node.clone(),

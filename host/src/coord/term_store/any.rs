@@ -8,7 +8,8 @@ use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Campaign, Candidacy, Collection, JobReads, RedisTerms, StoreTerm, TermStore, Written, Wrote,
+    Beat, Beaten, Campaign, Candidacy, Collection, JobReads, RedisTerms, StoreTerm, TermStore,
+    Written, Wrote,
 };
 use crate::coord::fence::TermWrite;
 use crate::coord::members::{MemberInfo, Members};
@@ -116,6 +117,10 @@ impl TermStore for Store {
         ttl: Duration,
     ) -> anyhow::Result<Members> {
         each!(self, s => TermStore::register(s, node, info, ttl).await)
+    }
+
+    async fn beat(&self, beat: &Beat<'_>) -> Beaten {
+        each!(self, s => TermStore::beat(s, beat).await)
     }
 
     async fn deregister(&self, node: &str) -> anyhow::Result<()> {

@@ -1,7 +1,10 @@
 //! The etcd store behind [`TermStore`]: [`crate::store::etcd`], with this seam's terms and
 //! writes converted at the boundary.
 
-use super::{Campaign, Candidacy, Collection, JobReads, StoreTerm, TermStore, Written, Wrote};
+use super::{
+    Beat, Beaten, Campaign, Candidacy, Collection, JobReads, Lease, StoreTerm, TermStore, Written,
+    Wrote,
+};
 use crate::coord::elector::owner_node;
 use crate::coord::fence::{TermWrite, Written as TermWritten};
 use crate::coord::members::{self, MemberInfo, Members};
@@ -35,6 +38,52 @@ fn to_etcd(t: &StoreTerm) -> anyhow::Result<etcd::EtcdTerm> {
         lease,
         ttl: t.ttl,
     })
+}
+
+/// A job's state as the etcd side read it, as this seam's.
+fn reads(s: etcd::JobStateRead) -> JobReads {
+    let text = |v: Option<Vec<u8>>| v.map(|v| String::from_utf8_lossy(&v).into_owned());
+    JobReads {
+        requests: s.requests,
+        open: s.open.into_iter().map(|(p, _)| p).collect(),
+        paused: text(s.paused),
+        cursor: text(s.cursor),
+        wanted: text(s.wanted),
+        indexed: s.indexed,
+    }
+}
+
+/// What the etcd side's beat found, as this seam's (the states read are added by the caller).
+fn beaten(beat: &Beat<'_>, found: etcd::Beaten) -> Beaten {
+    let missing = || anyhow::anyhow!("no answer in etcd's reply");
+    let mut held = found.held.into_iter();
+    let mut looked = found.looked.into_iter();
+    Beaten {
+        members: Ok(members::described(
+            found
+                .members
+                .unwrap_or_default()
+                .iter()
+                .map(|(n, i)| (n.clone(), i.as_slice())),
+        )),
+        renewed: beat
+            .renew
+            .iter()
+            .map(|_| held.next().ok_or_else(missing))
+            .collect(),
+        looked: beat
+            .look
+            .iter()
+            .map(|_| {
+                let holder = looked.next().ok_or_else(missing)?;
+                Ok(match holder {
+                    Some(holder) => Lease::Held { holder, ttl: None },
+                    None => Lease::Free,
+                })
+            })
+            .collect(),
+        read: Vec::new(),
+    }
 }
 
 /// An etcd history entry as this seam's record (`None` for one with a word it does not know).
@@ -106,6 +155,41 @@ impl TermStore for EtcdTerms {
         Ok(members::described(
             found.iter().map(|(n, i)| (n.clone(), i.as_slice())),
         ))
+    }
+
+    async fn beat(&self, beat: &Beat<'_>) -> Beaten {
+        // The states' reads go at once with the beat (each its own read-only transaction).
+        let json = match serde_json::to_vec(beat.info) {
+            Ok(json) => json,
+            Err(e) => return Beaten::failed(beat, &format!("cannot describe the member: {e}")),
+        };
+        let registration = etcd::Registration {
+            node: beat.node,
+            info: &json,
+            ttl: beat.ttl,
+        };
+        let terms: anyhow::Result<Vec<etcd::EtcdTerm>> =
+            beat.renew.iter().map(|t| to_etcd(t)).collect();
+        let terms = match terms {
+            Ok(terms) => terms,
+            Err(e) => return Beaten::failed(beat, &format!("{e:#}")),
+        };
+        let looks: Vec<&str> = beat.look.iter().map(|l| l.job).collect();
+        let states = beat
+            .read
+            .iter()
+            .map(|job| async move { Ok(reads(EtcdTerms::job_state(self, job).await?)) });
+        let (found, read) = futures_util::future::join(
+            EtcdTerms::beat_looking(self, Some(registration), &terms, &looks),
+            futures_util::future::join_all(states),
+        )
+        .await;
+        let mut out = match found {
+            Ok(found) => beaten(beat, found),
+            Err(e) => Beaten::failed(beat, &format!("etcd: {e}")),
+        };
+        out.read = read;
+        out
     }
 
     async fn deregister(&self, node: &str) -> anyhow::Result<()> {
@@ -197,16 +281,7 @@ impl TermStore for EtcdTerms {
     }
 
     async fn job_state(&self, job: &str) -> anyhow::Result<JobReads> {
-        let text = |v: Option<Vec<u8>>| v.map(|v| String::from_utf8_lossy(&v).into_owned());
-        let s = EtcdTerms::job_state(self, job).await?;
-        Ok(JobReads {
-            requests: s.requests,
-            open: s.open.into_iter().map(|(p, _)| p).collect(),
-            paused: text(s.paused),
-            cursor: text(s.cursor),
-            wanted: text(s.wanted),
-            indexed: s.indexed,
-        })
+        Ok(reads(EtcdTerms::job_state(self, job).await?))
     }
 
     async fn request(&self, job: &str, period: &str, value: &str) -> anyhow::Result<()> {

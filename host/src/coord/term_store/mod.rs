@@ -34,16 +34,17 @@
 //! ([`TermStore::campaign_many`], coalesced by [`crate::coord::campaigns`]) and releases
 //! ([`TermStore::end`], [`TermStore::give_back`]), the runner's reads (its job's state,
 //! [`TermStore::job_state`]; its records and checkpoints, [`TermStore::read_key`] and
-//! [`TermStore::read_keys`]), and the host's one listener. The Redis store is the host's own connection ([`crate::store::Conn`]: a node,
-//! Sentinel, Cluster; the contract is also tested on a 3-primary Cluster).
+//! [`TermStore::read_keys`]), the host's one listener, and its heartbeat, one call
+//! ([`TermStore::beat`]: its registration, the renewal of every term it leads, its followers'
+//! looks at their leases and the job states its runners asked for; on Redis the one pipeline
+//! per node the heartbeat has always sent). The Redis store is the host's own connection
+//! ([`crate::store::Conn`]: a node, Sentinel, Cluster; the contract is also tested on a
+//! 3-primary Cluster).
 //!
-//! **Not yet.** The rest of the host still calls the Redis functions directly: its heartbeat
-//! (every job's renewal or look at the term and its membership in one pipeline per Redis node;
-//! [`TermStore::renew_all`] and [`TermStore::register`] are that beat's parts here, not yet one
-//! call; its registered reads of the runner's state use the Redis store's [`state_cmds`]),
-//! tasks, the HTTP API, the console and the CLI ([`Store::redis_conn`] hands the Redis
-//! connection to what is not moved yet, and on etcd says so). Moving them is the rest of issue
-//! 30, and until then a host runs only on Redis. A task's write (a worker's claim) is not part
+//! **Not yet.** The rest of the host still calls the Redis functions directly: tasks, the HTTP
+//! API, the console and the CLI ([`Store::redis_conn`] hands the Redis connection to what is
+//! not moved yet, and on etcd says so). Moving them is the rest of issue 30, and until then a
+//! host runs only on Redis. A task's write (a worker's claim) is not part
 //! of the contract yet: the etcd store refuses one.
 
 use std::future::Future;
@@ -60,7 +61,7 @@ mod etcd;
 mod redis;
 
 pub use any::{Store, names_etcd};
-pub use redis::{RedisTerms, state_cmds, state_reads};
+pub use redis::RedisTerms;
 
 /// A term a store granted.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -131,6 +132,79 @@ pub enum Wrote {
     Quota(u64, u64),
 }
 
+/// One heartbeat's asks of the store ([`TermStore::beat`]): everything a host does every
+/// heartbeat, in one call.
+#[derive(Clone, Debug)]
+pub struct Beat<'a> {
+    /// This host's node id, registered in the membership.
+    pub node: &'a str,
+    /// What it registers.
+    pub info: &'a MemberInfo,
+    /// The membership's and the renewals' TTL (a follower's ask lives as long).
+    pub ttl: Duration,
+    /// Every term this host leads, renewed for `ttl`.
+    pub renew: Vec<&'a StoreTerm>,
+    /// Every job whose lease this host looks at (it follows them), each with this host's ask
+    /// when it is the job's preferred member.
+    pub look: Vec<LookAt<'a>>,
+    /// Every job whose state ([`TermStore::job_state`]) a runner asked to be read.
+    pub read: Vec<&'a str>,
+}
+
+/// A follower's look at a job's lease, in a [`Beat`].
+#[derive(Clone, Copy, Debug)]
+pub struct LookAt<'a> {
+    /// The job.
+    pub job: &'a str,
+    /// This host's ask for it ([`crate::coord::balance::Ask`]), stored beside the lease while
+    /// it is held (Redis only, as a campaign's).
+    pub ask: Option<&'a str>,
+}
+
+/// What a [`Beat`] found, each part answering for itself and in the beat's order (on a Redis
+/// Cluster a node that did not answer fails only what it holds).
+#[derive(Debug)]
+pub struct Beaten {
+    /// The live members, this one included.
+    pub members: anyhow::Result<Members>,
+    /// For each term renewed, whether it still holds its job (false ends it).
+    pub renewed: Vec<anyhow::Result<bool>>,
+    /// For each look, the lease as the store saw it.
+    pub looked: Vec<anyhow::Result<Lease>>,
+    /// For each job read, its state.
+    pub read: Vec<anyhow::Result<JobReads>>,
+}
+
+impl Beaten {
+    /// A beat that got no answer at all: `why`, for every part of `beat`.
+    pub fn failed(beat: &Beat<'_>, why: &str) -> Beaten {
+        fn e<T>(why: &str) -> anyhow::Result<T> {
+            Err(anyhow::anyhow!("{why}"))
+        }
+        Beaten {
+            members: e(why),
+            renewed: beat.renew.iter().map(|_| e(why)).collect(),
+            looked: beat.look.iter().map(|_| e(why)).collect(),
+            read: beat.read.iter().map(|_| e(why)).collect(),
+        }
+    }
+}
+
+/// A job's lease as a look found it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lease {
+    /// Held by `holder`.
+    Held {
+        /// The owner.
+        holder: String,
+        /// Its time left where the store says (Redis); `None` on etcd, where the host's
+        /// listener wakes a follower when the lease lapses.
+        ttl: Option<Duration>,
+    },
+    /// Nobody holds it.
+    Free,
+}
+
 /// What a term asks of its store (the module doc states the contract).
 pub trait TermStore {
     /// Campaigns for `job` as `owner` (one of its own per campaign) with a lease of `ttl`.
@@ -188,6 +262,15 @@ pub trait TermStore {
         info: &MemberInfo,
         ttl: Duration,
     ) -> impl Future<Output = anyhow::Result<Members>> + Send;
+
+    /// One heartbeat ([`Beat`]): registers the host, renews its terms, looks at the leases it
+    /// follows and reads the states its runners asked for, in as few requests as the store
+    /// allows — on Redis one pipeline per node (the registration script, a renewal script per
+    /// term, a look per followed job, the job-state commands per read); on etcd one keep-alive
+    /// of the host's lease and one transaction per `--max-txn-ops` operations for the
+    /// registration, the members, the renewals' and the looks' keys, sent at once, and one
+    /// read-only transaction per job state, sent with them.
+    fn beat(&self, beat: &Beat<'_>) -> impl Future<Output = Beaten> + Send;
 
     /// Takes `node` out of the membership.
     fn deregister(&self, node: &str) -> impl Future<Output = anyhow::Result<()>> + Send;

@@ -5,7 +5,9 @@
 use futures_util::StreamExt;
 use redis::AsyncCommands;
 
-use super::{Campaign, Candidacy, Collection, JobReads, StoreTerm, TermStore, Written, Wrote};
+use super::{
+    Beat, Beaten, Campaign, Candidacy, Collection, JobReads, StoreTerm, TermStore, Written, Wrote,
+};
 use crate::coord::checks::FenceError;
 use crate::coord::fence::{TermWrite, unchecked};
 use crate::coord::lease::{self, Acquired};
@@ -13,7 +15,7 @@ use crate::coord::members::{self, MemberInfo, Members};
 use crate::coord::notices::{NoticeFor, ReleaseNotices};
 use crate::coord::terms::{self, TermEnd, TermRecord};
 use crate::store::keys::JobKeys;
-use crate::store::{Conn, PubSubSource};
+use crate::store::{Batch, Conn, PubSubSource};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -56,8 +58,8 @@ impl RedisTerms {
 const STATE_CMDS: usize = 6;
 
 /// The commands that read a job's [`JobReads`] (all of the job's slot), for a pipeline or a
-/// [`crate::store::Batch`]; their replies, in order, read with [`state_reads`].
-pub fn state_cmds(keys: &JobKeys) -> [redis::Cmd; STATE_CMDS] {
+/// [`Batch`]; their replies, in order, read with [`state_reads`].
+fn state_cmds(keys: &JobKeys) -> [redis::Cmd; STATE_CMDS] {
     [
         redis::cmd("HGETALL").arg(keys.requests()).clone(),
         redis::cmd("SMEMBERS").arg(keys.open_runs()).clone(),
@@ -72,7 +74,7 @@ pub fn state_cmds(keys: &JobKeys) -> [redis::Cmd; STATE_CMDS] {
 }
 
 /// The [`JobReads`] from the replies to [`state_cmds`], in order.
-pub fn state_reads(replies: Vec<redis::RedisResult<redis::Value>>) -> redis::RedisResult<JobReads> {
+fn state_reads(replies: Vec<redis::RedisResult<redis::Value>>) -> redis::RedisResult<JobReads> {
     let mut it = replies.into_iter();
     let mut next = || {
         it.next().unwrap_or_else(|| {
@@ -196,6 +198,71 @@ impl TermStore for RedisTerms {
         ttl: Duration,
     ) -> anyhow::Result<Members> {
         Ok(members::register(&mut self.conn.clone(), node, info, ttl).await?)
+    }
+
+    async fn beat(&self, beat: &Beat<'_>) -> Beaten {
+        // One batch: one round trip per Redis node, each part's replies at the indices it got.
+        let mut batch = Batch::new();
+        let registration = members::register_into(&mut batch, beat.node, beat.info, beat.ttl);
+        let renewals: Vec<usize> = beat
+            .renew
+            .iter()
+            .map(|t| lease::renew_into(&mut batch, &JobKeys::new(&t.job), &t.owner, beat.ttl))
+            .collect();
+        let looks: Vec<usize> = beat
+            .look
+            .iter()
+            .map(|l| lease::observe_into(&mut batch, &JobKeys::new(l.job), l.ask, beat.ttl))
+            .collect();
+        let reads: Vec<usize> = beat
+            .read
+            .iter()
+            .map(|job| {
+                let keys = JobKeys::new(job);
+                let first = batch.len();
+                for c in state_cmds(&keys) {
+                    batch.cmd(&keys.lease(), c);
+                }
+                first
+            })
+            .collect();
+        let mut replies: Vec<Option<redis::RedisResult<redis::Value>>> = self
+            .conn
+            .clone()
+            .batch("heartbeat", &batch)
+            .await
+            .into_iter()
+            .map(Some)
+            .collect();
+        let mut take = |i: usize| {
+            replies
+                .get_mut(i)
+                .and_then(Option::take)
+                .unwrap_or_else(|| {
+                    Err(redis::RedisError::from((
+                        redis::ErrorKind::Client,
+                        "no reply",
+                    )))
+                })
+        };
+        Beaten {
+            members: members::registered(take(registration)).map_err(Into::into),
+            renewed: renewals
+                .into_iter()
+                .map(|i| lease::renewed(take(i)).map_err(Into::into))
+                .collect(),
+            looked: looks
+                .into_iter()
+                .map(|i| lease::observed(take(i)).map_err(Into::into))
+                .collect(),
+            read: reads
+                .into_iter()
+                .map(|first| {
+                    let replies = (first..first + STATE_CMDS).map(&mut take).collect();
+                    state_reads(replies).map_err(Into::into)
+                })
+                .collect(),
+        }
     }
 
     async fn deregister(&self, node: &str) -> anyhow::Result<()> {

@@ -383,14 +383,13 @@ impl Runner {
                 let run = self.run_period(term, &period, request.as_ref());
                 tokio::pin!(run);
                 loop {
-                    let read = self
-                        .heartbeat
-                        .poll(runs::state_read(&self.keys), Instant::now());
+                    let read = self.heartbeat.poll(self.keys.job(), Instant::now());
                     tokio::select! {
                         end = &mut run => break end,
                         read = read => {
                             // A failed read is only skipped: the next heartbeat reads again.
                             if let Some(Ok(state)) = read {
+                                let state = JobState::from(state);
                                 self.note(&state);
                                 // An operator cancels this run: stop it now (its step is
                                 // dropped, as at a term's end) and record it cancelled.
@@ -585,12 +584,12 @@ impl Runner {
     async fn idle_for(&self, term: &Term, d: Duration, safety: Duration) -> Option<JobState> {
         let read = self
             .heartbeat
-            .poll(runs::state_read(&self.keys), Instant::now() + safety);
+            .poll(self.keys.job(), Instant::now() + safety);
         tokio::select! {
             _ = tokio::time::sleep(d) => None,
             _ = self.notice.notified() => None,
             _ = term.ended() => None,
-            r = read => r.and_then(Result::ok),
+            r = read => r.and_then(Result::ok).map(JobState::from),
         }
     }
 

@@ -31,7 +31,7 @@ pub use requests::{
     published_schedule, request, trigger, validate_period_shape,
 };
 use serde::{Deserialize, Serialize};
-pub use state::{JobState, set_paused, state_from, state_of, state_read};
+pub use state::{JobState, set_paused, state_of};
 
 use crate::coord::term_store::{Store, TermStore as _};
 use crate::store::keys::JobKeys;

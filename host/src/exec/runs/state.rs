@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use redis::aio::ConnectionLike;
 
 use super::requests::Request;
-use crate::coord::term_store::{JobReads, Store, TermStore as _, state_cmds, state_reads};
+use crate::coord::term_store::{JobReads, Store, TermStore as _};
 use crate::store::keys::JobKeys;
 
 /// What a leader reads every round, in one round trip.
@@ -50,21 +50,6 @@ impl From<JobReads> for JobState {
 /// ([`crate::coord::term_store::TermStore::job_state`]).
 pub async fn state_of(store: &Store, keys: &JobKeys) -> anyhow::Result<JobState> {
     Ok(store.job_state(keys.job()).await?.into())
-}
-
-/// The job's state as a read the heartbeat carries ([`crate::coord::heartbeat::Heartbeat::poll`]):
-/// the Redis store's commands for it ([`crate::coord::term_store::state_cmds`]).
-pub fn state_read(keys: &JobKeys) -> crate::coord::heartbeat::Read<JobState> {
-    crate::coord::heartbeat::Read {
-        slot_key: keys.lease(),
-        cmds: state_cmds(keys).into(),
-        decode: state_from,
-    }
-}
-
-/// The [`JobState`] from the replies to [`state_cmds`], in order.
-pub fn state_from(replies: Vec<redis::RedisResult<redis::Value>>) -> redis::RedisResult<JobState> {
-    state_reads(replies).map(JobState::from)
 }
 
 /// Pauses the job (`reason` says who and when) or resumes it (`None`). Operator actions, like

@@ -1,14 +1,15 @@
 //! A host's heartbeat on etcd: its membership and every term it leads, kept alive together in
-//! two requests for up to 126 terms, one more for each 128 beyond (`docs/store-contract.md`,
-//! sections 1 and 4).
+//! two requests for up to 126 terms and followed jobs, one more for each 128 beyond
+//! (`docs/store-contract.md`, sections 1 and 4).
 //!
 //! A member is the key `lh/{members}/<node>` holding its description, attached to the host's
 //! lease (the one its terms share): it is there while the host beats, and goes with the lease
 //! when the host stops beating (a crash, a pause, a cut) — no sweep of the dead, as the Redis
 //! store's registration does by its members' expiries. (`{` cannot be in a job name, so no job's
 //! keys fall under `lh/{members}/`.) A beat is one keep-alive of each lease in use (one, as a
-//! rule) and one transaction that writes the member's description and reads the live members
-//! and every term's key. A member that leaves deletes its key ([`EtcdTerms::deregister`]).
+//! rule) and one transaction that writes the member's description and reads the live members,
+//! every term's key and the lease key of every job the host follows
+//! ([`EtcdTerms::beat_looking`]). A member that leaves deletes its key ([`EtcdTerms::deregister`]).
 
 use std::time::{Duration, Instant};
 
@@ -26,6 +27,8 @@ pub struct Beaten {
     pub members: Option<Vec<(String, Vec<u8>)>>,
     /// For each term beaten, whether it still holds its job.
     pub held: Vec<bool>,
+    /// For each job looked at, who holds it (its lease key's owner), if anyone.
+    pub looked: Vec<Option<String>>,
 }
 
 /// A member's registration: its node id and description, and the TTL of the host's lease
@@ -59,6 +62,17 @@ impl EtcdTerms {
         &self,
         member: Option<Registration<'_>>,
         terms: &[EtcdTerm],
+    ) -> EtcdResult<Beaten> {
+        self.beat_looking(member, terms, &[]).await
+    }
+
+    /// [`EtcdTerms::beat`], and a follower's look at each job of `looks` (its lease key read in
+    /// the same transactions): who holds it.
+    pub async fn beat_looking(
+        &self,
+        member: Option<Registration<'_>>,
+        terms: &[EtcdTerm],
+        looks: &[&str],
     ) -> EtcdResult<Beaten> {
         let mut c = self.client.clone();
         let mut leases: Vec<i64> = terms.iter().map(|t| t.lease).collect();
@@ -105,6 +119,9 @@ impl EtcdTerms {
         for t in terms {
             ops.push(TxnOp::get(lease_key(&t.job)?, None));
         }
+        for job in looks {
+            ops.push(TxnOp::get(lease_key(job)?, None));
+        }
         if ops.is_empty() {
             return Ok(Beaten::default());
         }
@@ -148,14 +165,29 @@ impl EtcdTerms {
         };
         let held = terms
             .iter()
-            .zip(replies)
+            .zip(replies.by_ref())
             .map(|(t, r)| {
                 alive.contains(&t.lease)
                     && matches!(&r, TxnOpResponse::Get(g)
                         if g.kvs().first().is_some_and(|kv| kv.create_revision() == t.revision && kv.lease() == t.lease))
             })
             .collect();
-        Ok(Beaten { members, held })
+        let looked = looks
+            .iter()
+            .zip(replies)
+            .map(|(_, r)| match r {
+                TxnOpResponse::Get(g) => g
+                    .kvs()
+                    .first()
+                    .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
+                _ => None,
+            })
+            .collect();
+        Ok(Beaten {
+            members,
+            held,
+            looked,
+        })
     }
 
     /// Takes `node` out of the membership (at shutdown, after its terms are released).
