@@ -24,6 +24,7 @@ use redis::AsyncCommands;
 use serde_json::Value;
 
 use leasehold::coord::fence::{self, FenceError};
+use leasehold::coord::term_store::Store;
 use leasehold::exec::runs::{self, RunStatus};
 use leasehold::store::keys::JobKeys;
 
@@ -166,6 +167,8 @@ pub(crate) async fn run(opts: DemoOptions) -> anyhow::Result<()> {
         Some(Duration::from_secs(10)),
     )
     .await?;
+    // Operators' writes (the demo's trigger) go through the store, as the CLI's do.
+    let store = Store::open(&url, Duration::from_secs(10)).await?;
     let keys = JobKeys::new(JOB);
     if runs::read(&mut conn, &keys, DEMO_PERIOD).await?.is_some() {
         bail!(
@@ -206,7 +209,7 @@ pub(crate) async fn run(opts: DemoOptions) -> anyhow::Result<()> {
     let name_a = demo.replicas[a].node;
     demo.say(&format!("{name_a} won the election: it leads `{JOB}` with fencing token {token_a}. The others follow."));
 
-    let requested = runs::request(&mut conn, &keys, DEMO_PERIOD).await?;
+    let requested = runs::request(&store, &keys, DEMO_PERIOD).await?;
     debug_assert!(requested);
     demo.say(&format!("Asked for the reconciliation of {DEMO_PERIOD} (what `leasehold trigger {JOB} --period {DEMO_PERIOD}` does)."));
 

@@ -239,8 +239,14 @@ async fn whole_writes<S: TermStore>(a: &S, b: &S) {
 
     // The host's own record with its bookkeeping: periods opened, indexed, a request cleared
     // only while it still carries the id served.
-    answered("a request", || a.request("ledger", "2026-01-01", "r1 none")).await;
-    answered("a request", || a.request("ledger", "2026-01-02", "r2 none")).await;
+    answered("a request", || {
+        a.request("ledger", "2026-01-01", "r1 none", true)
+    })
+    .await;
+    answered("a request", || {
+        a.request("ledger", "2026-01-02", "r2 none", true)
+    })
+    .await;
     let (p1, p2) = ("2026-01-01".to_string(), "2026-01-02".to_string());
     let sets = vec![
         (keys.run(&p1), b"{\"status\":\"running\"}".as_slice()),
@@ -585,7 +591,7 @@ async fn term_history<S: TermStore>(a: &S, b: &S, c: &S) {
 }
 
 /// `notice` woken within `limit`: true, or false when it was not.
-async fn woken(notice: &Notice, limit: Duration) -> bool {
+pub(crate) async fn woken(notice: &Notice, limit: Duration) -> bool {
     tokio::time::timeout(limit, notice.wake.notified())
         .await
         .is_ok()
@@ -731,7 +737,7 @@ async fn job_state_reads<S: TermStore>(a: &S, b: &S) {
         JobReads::default()
     );
     answered("an operator's request", || {
-        b.request("js", "2026-01-05", "r1")
+        b.request("js", "2026-01-05", "r1", true)
     })
     .await;
     let keys = JobKeys::new("js");
@@ -787,7 +793,7 @@ async fn a_hosts_beat<S: TermStore>(a: &S, b: &S, asks_kept: bool) {
     let gone = won(a, "gone", "node-a:2", ttl).await;
     let payroll = won(b, "payroll", "node-b:1", ttl).await;
     answered("an operator's request", || {
-        b.request("ledger", "2026-12-07", "r1")
+        b.request("ledger", "2026-12-07", "r1", true)
     })
     .await;
     // "gone"'s term ends and a later one begins: a's renewal of it must read false.
@@ -1030,11 +1036,11 @@ async fn redis_client(redis: &RedisServer) -> Store {
     store_client(&redis.url()).await
 }
 
-async fn redis_pair(redis: &RedisServer) -> (Store, Store) {
+pub(crate) async fn redis_pair(redis: &RedisServer) -> (Store, Store) {
     (redis_client(redis).await, redis_client(redis).await)
 }
 
-async fn etcd_pair(cluster: &EtcdCluster) -> (Store, Store) {
+pub(crate) async fn etcd_pair(cluster: &EtcdCluster) -> (Store, Store) {
     let url = cluster.url();
     (store_client(&url).await, store_client(&url).await)
 }

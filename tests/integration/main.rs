@@ -75,6 +75,9 @@ mod soak;
 // The store contract for terms (`coord::term_store`), the same tests against a real Redis and
 // a real 3-member etcd: one term at a time, growing tokens, fenced writes, a lapsed term.
 mod contract;
+// Operators' writes through the seam on both stores (requests, the pause flag, the served jobs'
+// lists), and the CLI's trigger, cancel, pause and resume on etcd.
+mod operators;
 // Terms on etcd under faults (the etcd store's first part, issue 30): a member cut off with its
 // holder, a minority without a leader, a member killed under a live term.
 mod etcd;

@@ -323,14 +323,16 @@ pub(crate) struct RunArgs {
     pub check_config: bool,
 }
 
-/// A job and the Redis it lives in.
+/// A job and the store it lives in.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct JobArgs {
     /// The job's name.
     pub job: String,
-    /// Redis URL.
+    /// The store's URL: Redis (redis://, rediss://, redis+sentinel://, redis+cluster://) or,
+    /// for pause, resume and cancel, etcd (etcd://host:2379,…; `--store` names it too).
     #[arg(
         long,
+        visible_alias = "store",
         env = "LEASEHOLD_REDIS_URL",
         default_value = "redis://127.0.0.1:6379"
     )]
@@ -402,9 +404,11 @@ pub(crate) struct TriggerArgs {
     /// schedule the job's leader published; without one, --period is required].
     #[arg(long)]
     pub period: Option<String>,
-    /// Redis URL.
+    /// The store's URL: Redis (redis://, rediss://, redis+sentinel://, redis+cluster://) or
+    /// etcd (etcd://host:2379,…; `--store` names it too).
     #[arg(
         long,
+        visible_alias = "store",
         env = "LEASEHOLD_REDIS_URL",
         default_value = "redis://127.0.0.1:6379"
     )]

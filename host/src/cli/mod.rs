@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use leasehold::coord::term_store::{Store, TermStore as _};
 use leasehold::exec::runs as records;
 use leasehold::exec::runtime::{Compiled, Runtime};
 use leasehold::exec::spec::validate_job_name;
@@ -252,22 +253,34 @@ async fn check(file: PathBuf, limits: LimitArgs, cache: Option<PathBuf>) -> anyh
     Ok(())
 }
 
+/// Redis at `url`, for the commands that read Redis only yet (`runs`, `purge`): an etcd URL is
+/// refused, naming what does work on etcd.
 async fn connect_cli(url: &str) -> anyhow::Result<store::Conn> {
+    anyhow::ensure!(
+        !leasehold::coord::term_store::names_etcd(url),
+        "this command reads Redis only yet ({}): on etcd, trigger, cancel, pause and resume work",
+        store::redact(url)
+    );
     store::Conn::connect(url, Duration::from_secs(2), Some(Duration::from_secs(5))).await
+}
+
+/// The store `url` names (Redis or etcd), each call answered within five seconds.
+async fn open_store(url: &str) -> anyhow::Result<Store> {
+    Store::open(url, Duration::from_secs(5)).await
 }
 
 async fn trigger(args: TriggerArgs) -> anyhow::Result<()> {
     validate_job_name(&args.job)?;
-    let mut conn = connect_cli(&args.redis_url).await?;
+    let store = open_store(&args.redis_url).await?;
     let keys = JobKeys::new(&args.job);
-    let served = leasehold::coord::members::served_jobs(&mut conn).await?;
+    let served = store.served_jobs().await?;
     if let Some(why) = leasehold::coord::members::not_served(&args.job, &served) {
         anyhow::bail!("{why}: nothing was requested");
     }
     // Without --period: the current period of the schedule the job's leader published.
     let period = match args.period {
         Some(p) => p,
-        None => match records::published_schedule(&mut conn, &keys).await? {
+        None => match records::published_schedule(&store, &keys).await? {
             Some(schedule) => {
                 schedule
                     .current(chrono::Utc::now())
@@ -288,7 +301,7 @@ async fn trigger(args: TriggerArgs) -> anyhow::Result<()> {
         },
     };
     records::validate_period_shape(&period)?;
-    match records::check_published_schedule(&mut conn, &keys, &period).await? {
+    match records::check_published_schedule(&store, &keys, &period).await? {
         records::ScheduleCheck::Unknown => eprintln!(
             "note: no schedule of {} published by a leader could be read (none has led it yet), so {period} is not checked against it",
             args.job
@@ -299,7 +312,7 @@ async fn trigger(args: TriggerArgs) -> anyhow::Result<()> {
         ),
         records::ScheduleCheck::Period => {}
     }
-    let done = records::trigger(&mut conn, &keys, &period).await?;
+    let done = records::trigger(&store, &keys, &period).await?;
     println!("{}", done.describe(&args.job, &period));
     Ok(())
 }
@@ -309,8 +322,8 @@ async fn trigger(args: TriggerArgs) -> anyhow::Result<()> {
 async fn cancel(args: JobArgs, period: &str) -> anyhow::Result<()> {
     validate_job_name(&args.job)?;
     records::validate_period_shape(period)?;
-    let mut conn = connect_cli(&args.redis_url).await?;
-    let done = records::cancel(&mut conn, &JobKeys::new(&args.job), period).await?;
+    let store = open_store(&args.redis_url).await?;
+    let done = records::cancel(&store, &JobKeys::new(&args.job), period).await?;
     let said = done.describe(&args.job, period);
     match done {
         records::Cancel::Requested(_) | records::Cancel::AlreadyCancelled(_) => {
@@ -323,14 +336,14 @@ async fn cancel(args: JobArgs, period: &str) -> anyhow::Result<()> {
 
 async fn set_paused(args: JobArgs, paused: bool) -> anyhow::Result<()> {
     validate_job_name(&args.job)?;
-    let mut conn = connect_cli(&args.redis_url).await?;
+    let store = open_store(&args.redis_url).await?;
     let reason = format!(
         "paused with the CLI on {} at {}",
         hostname(),
         chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
     );
     records::set_paused(
-        &mut conn,
+        &store,
         &JobKeys::new(&args.job),
         paused.then_some(reason.as_str()),
     )

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use crate::coord::elector::Role;
+use crate::coord::term_store::{Store, TermStore};
 use crate::exec::runtime::LoadedJob;
 use crate::node::jobs_dir::Refusal;
 
@@ -41,12 +42,12 @@ pub(crate) struct JobView {
 /// lapsed (its entry dropped with it) publishes them again within this time.
 const REPUBLISH: Duration = Duration::from_secs(60);
 
-/// Writes the names of the served jobs to Redis ([`crate::coord::members::publish_jobs`])
+/// Writes the names of the served jobs to the store ([`TermStore::publish_jobs`])
 /// whenever they change, once the files present at start have loaded, until `stop`. A failed
 /// write is tried again a second later; it never holds up the node.
 pub(crate) async fn publish(
     mut catalog: watch::Receiver<Catalog>,
-    mut conn: crate::store::Conn,
+    store: Store,
     node: String,
     stop: CancellationToken,
 ) {
@@ -63,7 +64,7 @@ pub(crate) async fn publish(
         if let Some(names) = names
             && published.as_ref() != Some(&names)
         {
-            let write = crate::coord::members::publish_jobs(&mut conn, &node, &names);
+            let write = store.publish_jobs(&node, &names);
             match tokio::time::timeout(Duration::from_secs(5), write).await {
                 Ok(Ok(())) => published = Some(names),
                 Ok(Err(e)) => {

@@ -534,7 +534,7 @@ pub async fn run(
     let (catalog, catalog_rx) = watch::channel(Catalog::default());
     tasks.spawn(catalog::publish(
         catalog_rx.clone(),
-        conn.clone(),
+        seam.clone(),
         node.clone(),
         stop_heartbeat.clone(),
     ));
@@ -551,6 +551,7 @@ pub async fn run(
         let api = crate::node::http::Api {
             node: node.clone(),
             conn: conn.clone(),
+            store: seam.clone(),
             jobs: catalog_rx,
             token: cfg.http_token.clone(),
             timing: cfg.timing,

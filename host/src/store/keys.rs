@@ -193,8 +193,11 @@ impl JobKeys {
     /// published at each term's start (a fenced write) so that `leasehold trigger`, which does
     /// not load the component, can check a period against it.
     pub fn schedule(&self) -> String {
-        format!("{}schedule", self.prefix)
+        self.of(Self::SCHEDULE_REST)
     }
+
+    /// [`JobKeys::schedule`] without the job's prefix (what the seam's reads take).
+    pub const SCHEDULE_REST: &'static str = "schedule";
 
     /// What the job keeps in its store (hash: `keys`, `bytes`), counted by the fenced-write
     /// script with every guest write (see [`crate::coord::quota`]).

@@ -1,6 +1,7 @@
 //! [`Store`]: the store a URL names, Redis or etcd, behind [`TermStore`] as one type, so that
 //! what holds a store does not choose between them (the contract suite runs through it).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -127,6 +128,14 @@ impl TermStore for Store {
         each!(self, s => TermStore::deregister(s, node).await)
     }
 
+    async fn publish_jobs(&self, node: &str, jobs: &[String]) -> anyhow::Result<()> {
+        each!(self, s => TermStore::publish_jobs(s, node, jobs).await)
+    }
+
+    async fn served_jobs(&self) -> anyhow::Result<BTreeMap<String, Vec<String>>> {
+        each!(self, s => TermStore::served_jobs(s).await)
+    }
+
     async fn write(&self, term: &StoreTerm, key: &str, value: &[u8]) -> anyhow::Result<Written> {
         each!(self, s => TermStore::write(s, term, key, value).await)
     }
@@ -155,8 +164,18 @@ impl TermStore for Store {
         each!(self, s => TermStore::job_state(s, job).await)
     }
 
-    async fn request(&self, job: &str, period: &str, value: &str) -> anyhow::Result<()> {
-        each!(self, s => TermStore::request(s, job, period, value).await)
+    async fn request(
+        &self,
+        job: &str,
+        period: &str,
+        value: &str,
+        replace: bool,
+    ) -> anyhow::Result<bool> {
+        each!(self, s => TermStore::request(s, job, period, value, replace).await)
+    }
+
+    async fn set_paused(&self, job: &str, reason: Option<&str>) -> anyhow::Result<()> {
+        each!(self, s => TermStore::set_paused(s, job, reason).await)
     }
 
     async fn read(&self, job: &str, key: &str) -> anyhow::Result<Option<Vec<u8>>> {

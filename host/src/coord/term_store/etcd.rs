@@ -12,6 +12,7 @@ use crate::coord::notices::{NoticeFor, ReleaseNotices};
 use crate::coord::terms::{TermEnd, TermRecord};
 use crate::store::etcd::{self, EtcdTerms};
 use crate::store::keys::JobKeys;
+use std::collections::BTreeMap;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -196,6 +197,14 @@ impl TermStore for EtcdTerms {
         Ok(EtcdTerms::deregister(self, node).await?)
     }
 
+    async fn publish_jobs(&self, node: &str, jobs: &[String]) -> anyhow::Result<()> {
+        Ok(EtcdTerms::publish_jobs(self, node, jobs).await?)
+    }
+
+    async fn served_jobs(&self) -> anyhow::Result<BTreeMap<String, Vec<String>>> {
+        Ok(EtcdTerms::served_jobs(self).await?)
+    }
+
     async fn write(&self, term: &StoreTerm, key: &str, value: &[u8]) -> anyhow::Result<Written> {
         Ok(
             match EtcdTerms::write(self, &to_etcd(term)?, key, value).await? {
@@ -284,8 +293,18 @@ impl TermStore for EtcdTerms {
         Ok(reads(EtcdTerms::job_state(self, job).await?))
     }
 
-    async fn request(&self, job: &str, period: &str, value: &str) -> anyhow::Result<()> {
-        Ok(EtcdTerms::set_member(self, job, "requests", period, value.as_bytes()).await?)
+    async fn request(
+        &self,
+        job: &str,
+        period: &str,
+        value: &str,
+        replace: bool,
+    ) -> anyhow::Result<bool> {
+        Ok(EtcdTerms::request(self, job, period, value.as_bytes(), replace).await?)
+    }
+
+    async fn set_paused(&self, job: &str, reason: Option<&str>) -> anyhow::Result<()> {
+        Ok(EtcdTerms::set_paused(self, job, reason).await?)
     }
 
     async fn read(&self, job: &str, key: &str) -> anyhow::Result<Option<Vec<u8>>> {

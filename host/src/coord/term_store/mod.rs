@@ -41,12 +41,20 @@
 //! ([`crate::store::Conn`]: a node, Sentinel, Cluster; the contract is also tested on a
 //! 3-primary Cluster).
 //!
+//! **Operators' writes** go through the seam too: a request for a run and the pause flag, each
+//! with the notice that wakes the runner ([`TermStore::request`], [`TermStore::set_paused`]),
+//! and the lists of the jobs each host serves ([`TermStore::publish_jobs`],
+//! [`TermStore::served_jobs`]) — what the CLI's `trigger`, `cancel`, `pause` and `resume`, the
+//! HTTP API's and the console's actions and the catalog use, on either store.
+//!
 //! **Not yet.** The rest of the host still calls the Redis functions directly: tasks, the HTTP
-//! API, the console and the CLI ([`Store::redis_conn`] hands the Redis connection to what is
-//! not moved yet, and on etcd says so). Moving them is the rest of issue 30, and until then a
-//! host runs only on Redis. A task's write (a worker's claim) is not part
-//! of the contract yet: the etcd store refuses one.
+//! API's and the console's status and history reads, the CLI's `runs` and `purge`, the start-up
+//! checks ([`Store::redis_conn`] hands the Redis connection to what is not moved yet, and on
+//! etcd says so). Moving them is the rest of issue 30, and until then a host runs only on
+//! Redis. A task's write (a worker's claim) is not part of the contract yet: the etcd store
+//! refuses one.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
@@ -57,10 +65,13 @@ use crate::coord::terms::{TermEnd, TermRecord};
 use tokio_util::sync::CancellationToken;
 
 mod any;
+mod beat;
 mod etcd;
 mod redis;
+mod redis_beat;
 
 pub use any::{Store, names_etcd};
+pub use beat::{Beat, Beaten, Lease, LookAt};
 pub use redis::RedisTerms;
 
 /// A term a store granted.
@@ -132,79 +143,6 @@ pub enum Wrote {
     Quota(u64, u64),
 }
 
-/// One heartbeat's asks of the store ([`TermStore::beat`]): everything a host does every
-/// heartbeat, in one call.
-#[derive(Clone, Debug)]
-pub struct Beat<'a> {
-    /// This host's node id, registered in the membership.
-    pub node: &'a str,
-    /// What it registers.
-    pub info: &'a MemberInfo,
-    /// The membership's and the renewals' TTL (a follower's ask lives as long).
-    pub ttl: Duration,
-    /// Every term this host leads, renewed for `ttl`.
-    pub renew: Vec<&'a StoreTerm>,
-    /// Every job whose lease this host looks at (it follows them), each with this host's ask
-    /// when it is the job's preferred member.
-    pub look: Vec<LookAt<'a>>,
-    /// Every job whose state ([`TermStore::job_state`]) a runner asked to be read.
-    pub read: Vec<&'a str>,
-}
-
-/// A follower's look at a job's lease, in a [`Beat`].
-#[derive(Clone, Copy, Debug)]
-pub struct LookAt<'a> {
-    /// The job.
-    pub job: &'a str,
-    /// This host's ask for it ([`crate::coord::balance::Ask`]), stored beside the lease while
-    /// it is held (Redis only, as a campaign's).
-    pub ask: Option<&'a str>,
-}
-
-/// What a [`Beat`] found, each part answering for itself and in the beat's order (on a Redis
-/// Cluster a node that did not answer fails only what it holds).
-#[derive(Debug)]
-pub struct Beaten {
-    /// The live members, this one included.
-    pub members: anyhow::Result<Members>,
-    /// For each term renewed, whether it still holds its job (false ends it).
-    pub renewed: Vec<anyhow::Result<bool>>,
-    /// For each look, the lease as the store saw it.
-    pub looked: Vec<anyhow::Result<Lease>>,
-    /// For each job read, its state.
-    pub read: Vec<anyhow::Result<JobReads>>,
-}
-
-impl Beaten {
-    /// A beat that got no answer at all: `why`, for every part of `beat`.
-    pub fn failed(beat: &Beat<'_>, why: &str) -> Beaten {
-        fn e<T>(why: &str) -> anyhow::Result<T> {
-            Err(anyhow::anyhow!("{why}"))
-        }
-        Beaten {
-            members: e(why),
-            renewed: beat.renew.iter().map(|_| e(why)).collect(),
-            looked: beat.look.iter().map(|_| e(why)).collect(),
-            read: beat.read.iter().map(|_| e(why)).collect(),
-        }
-    }
-}
-
-/// A job's lease as a look found it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Lease {
-    /// Held by `holder`.
-    Held {
-        /// The owner.
-        holder: String,
-        /// Its time left where the store says (Redis); `None` on etcd, where the host's
-        /// listener wakes a follower when the lease lapses.
-        ttl: Option<Duration>,
-    },
-    /// Nobody holds it.
-    Free,
-}
-
 /// What a term asks of its store (the module doc states the contract).
 pub trait TermStore {
     /// Campaigns for `job` as `owner` (one of its own per campaign) with a lease of `ttl`.
@@ -272,8 +210,22 @@ pub trait TermStore {
     /// read-only transaction per job state, sent with them.
     fn beat(&self, beat: &Beat<'_>) -> impl Future<Output = Beaten> + Send;
 
-    /// Takes `node` out of the membership.
+    /// Takes `node` out of the membership, and the jobs it published with it.
     fn deregister(&self, node: &str) -> impl Future<Output = anyhow::Result<()>> + Send;
+
+    /// Publishes the names of the jobs `node` serves (after a scan of its jobs directory). Not
+    /// a term's write: it describes the host, like its registration, and counts only while
+    /// `node` is a live member.
+    fn publish_jobs(
+        &self,
+        node: &str,
+        jobs: &[String],
+    ) -> impl Future<Output = anyhow::Result<()>> + Send;
+
+    /// The jobs the live members serve, by node: only members that have published theirs.
+    fn served_jobs(
+        &self,
+    ) -> impl Future<Output = anyhow::Result<BTreeMap<String, Vec<String>>>> + Send;
 
     /// Writes `value` under the job's `key`, fenced by `term`.
     fn write(
@@ -319,12 +271,27 @@ pub trait TermStore {
     /// job's slot; on etcd one read-only transaction): every field read at one moment.
     fn job_state(&self, job: &str) -> impl Future<Output = anyhow::Result<JobReads>> + Send;
 
-    /// Asks for a run of `period` with the request `value` (an operator's write, unfenced).
+    /// Writes an operator's request for a run of `period` (`value`, as `exec::runs::Request`
+    /// encodes it) and wakes the job's runner (the notice `request`): replacing any request
+    /// there (`replace`), or only where there is none. True when written. Unfenced: an input to
+    /// the leader, not a term's result. On Redis one pipeline (`HSET` or `HSETNX`, `PUBLISH`),
+    /// on etcd one transaction (comparing the request key's create revision with 0 unless
+    /// replacing).
     fn request(
         &self,
         job: &str,
         period: &str,
         value: &str,
+        replace: bool,
+    ) -> impl Future<Output = anyhow::Result<bool>> + Send;
+
+    /// Pauses `job` with `reason` (who paused it and when) or resumes it (`None`), and wakes
+    /// its runner (the notice `paused`). Unfenced, as [`TermStore::request`]; the runner reads
+    /// the flag in [`TermStore::job_state`].
+    fn set_paused(
+        &self,
+        job: &str,
+        reason: Option<&str>,
     ) -> impl Future<Output = anyhow::Result<()>> + Send;
 
     /// The job's key.

@@ -5,6 +5,7 @@
 use futures_util::StreamExt;
 use redis::AsyncCommands;
 
+use super::redis_beat::{self, state_cmds, state_reads};
 use super::{
     Beat, Beaten, Campaign, Candidacy, Collection, JobReads, StoreTerm, TermStore, Written, Wrote,
 };
@@ -15,7 +16,8 @@ use crate::coord::members::{self, MemberInfo, Members};
 use crate::coord::notices::{NoticeFor, ReleaseNotices};
 use crate::coord::terms::{self, TermEnd, TermRecord};
 use crate::store::keys::JobKeys;
-use crate::store::{Batch, Conn, PubSubSource};
+use crate::store::{Conn, PubSubSource};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -52,52 +54,6 @@ impl RedisTerms {
     pub fn conn(&self) -> &Conn {
         &self.conn
     }
-}
-
-/// How many commands [`state_cmds`] makes.
-const STATE_CMDS: usize = 6;
-
-/// The commands that read a job's [`JobReads`] (all of the job's slot), for a pipeline or a
-/// [`Batch`]; their replies, in order, read with [`state_reads`].
-fn state_cmds(keys: &JobKeys) -> [redis::Cmd; STATE_CMDS] {
-    [
-        redis::cmd("HGETALL").arg(keys.requests()).clone(),
-        redis::cmd("SMEMBERS").arg(keys.open_runs()).clone(),
-        redis::cmd("GET").arg(keys.paused()).clone(),
-        redis::cmd("GET").arg(keys.cursor()).clone(),
-        redis::cmd("GET").arg(keys.wanted()).clone(),
-        redis::cmd("ZSCORE")
-            .arg(keys.runs())
-            .arg(crate::store::keys::INDEXED)
-            .clone(),
-    ]
-}
-
-/// The [`JobReads`] from the replies to [`state_cmds`], in order.
-fn state_reads(replies: Vec<redis::RedisResult<redis::Value>>) -> redis::RedisResult<JobReads> {
-    let mut it = replies.into_iter();
-    let mut next = || {
-        it.next().unwrap_or_else(|| {
-            Err(redis::RedisError::from((
-                redis::ErrorKind::Client,
-                "missing reply",
-            )))
-        })
-    };
-    let requests: std::collections::BTreeMap<String, Vec<u8>> = redis::from_redis_value(next()?)?;
-    let open: Vec<String> = redis::from_redis_value(next()?)?;
-    let paused: Option<String> = redis::from_redis_value(next()?)?;
-    let cursor: Option<String> = redis::from_redis_value(next()?)?;
-    let wanted: Option<String> = redis::from_redis_value(next()?)?;
-    let indexed: Option<f64> = redis::from_redis_value(next()?)?;
-    Ok(JobReads {
-        requests: requests.into_iter().collect(),
-        open,
-        paused,
-        cursor,
-        wanted,
-        indexed: indexed.is_some(),
-    })
 }
 
 impl TermStore for RedisTerms {
@@ -201,72 +157,19 @@ impl TermStore for RedisTerms {
     }
 
     async fn beat(&self, beat: &Beat<'_>) -> Beaten {
-        // One batch: one round trip per Redis node, each part's replies at the indices it got.
-        let mut batch = Batch::new();
-        let registration = members::register_into(&mut batch, beat.node, beat.info, beat.ttl);
-        let renewals: Vec<usize> = beat
-            .renew
-            .iter()
-            .map(|t| lease::renew_into(&mut batch, &JobKeys::new(&t.job), &t.owner, beat.ttl))
-            .collect();
-        let looks: Vec<usize> = beat
-            .look
-            .iter()
-            .map(|l| lease::observe_into(&mut batch, &JobKeys::new(l.job), l.ask, beat.ttl))
-            .collect();
-        let reads: Vec<usize> = beat
-            .read
-            .iter()
-            .map(|job| {
-                let keys = JobKeys::new(job);
-                let first = batch.len();
-                for c in state_cmds(&keys) {
-                    batch.cmd(&keys.lease(), c);
-                }
-                first
-            })
-            .collect();
-        let mut replies: Vec<Option<redis::RedisResult<redis::Value>>> = self
-            .conn
-            .clone()
-            .batch("heartbeat", &batch)
-            .await
-            .into_iter()
-            .map(Some)
-            .collect();
-        let mut take = |i: usize| {
-            replies
-                .get_mut(i)
-                .and_then(Option::take)
-                .unwrap_or_else(|| {
-                    Err(redis::RedisError::from((
-                        redis::ErrorKind::Client,
-                        "no reply",
-                    )))
-                })
-        };
-        Beaten {
-            members: members::registered(take(registration)).map_err(Into::into),
-            renewed: renewals
-                .into_iter()
-                .map(|i| lease::renewed(take(i)).map_err(Into::into))
-                .collect(),
-            looked: looks
-                .into_iter()
-                .map(|i| lease::observed(take(i)).map_err(Into::into))
-                .collect(),
-            read: reads
-                .into_iter()
-                .map(|first| {
-                    let replies = (first..first + STATE_CMDS).map(&mut take).collect();
-                    state_reads(replies).map_err(Into::into)
-                })
-                .collect(),
-        }
+        redis_beat::beat(&self.conn, beat).await
     }
 
     async fn deregister(&self, node: &str) -> anyhow::Result<()> {
         Ok(members::deregister(&mut self.conn.clone(), node).await?)
+    }
+
+    async fn publish_jobs(&self, node: &str, jobs: &[String]) -> anyhow::Result<()> {
+        Ok(members::publish_jobs(&mut self.conn.clone(), node, jobs).await?)
+    }
+
+    async fn served_jobs(&self) -> anyhow::Result<BTreeMap<String, Vec<String>>> {
+        Ok(members::served_jobs(&mut self.conn.clone()).await?)
     }
 
     async fn write(&self, term: &StoreTerm, key: &str, value: &[u8]) -> anyhow::Result<Written> {
@@ -350,12 +253,42 @@ impl TermStore for RedisTerms {
         Ok(state_reads(replies.into_iter().map(Ok).collect())?)
     }
 
-    async fn request(&self, job: &str, period: &str, value: &str) -> anyhow::Result<()> {
+    async fn request(
+        &self,
+        job: &str,
+        period: &str,
+        value: &str,
+        replace: bool,
+    ) -> anyhow::Result<bool> {
+        // The notice wakes the leader's runner; without it (pub/sub down) the runner finds the
+        // request at its next poll.
         let keys = JobKeys::new(job);
-        let _: () = self
-            .conn
-            .clone()
-            .hset(keys.requests(), period, value)
+        let mut pipe = redis::pipe();
+        if replace {
+            pipe.hset(keys.requests(), period, value).ignore();
+        } else {
+            pipe.hset_nx(keys.requests(), period, value);
+        }
+        pipe.publish(keys.notice_channel(), "request").ignore();
+        if replace {
+            let () = pipe.query_async(&mut self.conn.clone()).await?;
+            return Ok(true);
+        }
+        let (added,): (bool,) = pipe.query_async(&mut self.conn.clone()).await?;
+        Ok(added)
+    }
+
+    async fn set_paused(&self, job: &str, reason: Option<&str>) -> anyhow::Result<()> {
+        let keys = JobKeys::new(job);
+        let mut pipe = redis::pipe();
+        match reason {
+            Some(r) => pipe.set(keys.paused(), r),
+            None => pipe.del(keys.paused()),
+        };
+        pipe.ignore()
+            .publish(keys.notice_channel(), "paused")
+            .ignore()
+            .query_async::<()>(&mut self.conn.clone())
             .await?;
         Ok(())
     }

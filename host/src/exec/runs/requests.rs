@@ -15,10 +15,8 @@
 //! Requests and the pause flag are written by operators, not by terms, so they are not fenced;
 //! no leader writes them except to clear a request it served.
 
-use redis::AsyncCommands;
-use redis::aio::ConnectionLike;
-
-use super::{RunRecord, RunStatus, read};
+use super::{RunRecord, RunStatus, read_from};
+use crate::coord::term_store::{Store, TermStore as _};
 use crate::store::keys::JobKeys;
 
 /// What the operator saw when asking for a run.
@@ -169,27 +167,23 @@ impl Triggered {
 /// period is never run again, an open run is left alone, and a failed, missed or skipped
 /// period gets a new attempt. The caller validates the period against the schedule when it
 /// knows it.
-pub async fn trigger<C: ConnectionLike + Send + Sync>(
-    conn: &mut C,
-    keys: &JobKeys,
-    period: &str,
-) -> anyhow::Result<Triggered> {
-    let existing = read(conn, keys, period).await?;
+pub async fn trigger(store: &Store, keys: &JobKeys, period: &str) -> anyhow::Result<Triggered> {
+    let existing = read_from(store, keys, period).await?;
     let request = Request::on_seeing(existing.as_ref());
     Ok(match existing {
         Some(r) if r.status == RunStatus::Done => Triggered::AlreadyDone(Box::new(r)),
         Some(r) if !r.status.is_final() => {
             // Also a request: the leader finds the run even if it is not in the open index.
-            put(conn, keys, period, &request, false).await?;
+            put(store, keys, period, &request, false).await?;
             Triggered::AlreadyOpen(Box::new(r))
         }
         Some(r) => {
             // Always a fresh id: a leader that is clearing the request it served for an
             // earlier record cannot clear this one.
-            put(conn, keys, period, &request, true).await?;
+            put(store, keys, period, &request, true).await?;
             Triggered::Rerun(Box::new(r))
         }
-        None if put(conn, keys, period, &request, false).await? => Triggered::Requested,
+        None if put(store, keys, period, &request, false).await? => Triggered::Requested,
         None => Triggered::AlreadyRequested,
     })
 }
@@ -239,12 +233,8 @@ impl Cancel {
 
 /// Asks the leader to cancel `period`'s open run (CLI and HTTP). The request replaces any
 /// trigger of the period not yet taken up; a later trigger does not replace it.
-pub async fn cancel<C: ConnectionLike + Send + Sync>(
-    conn: &mut C,
-    keys: &JobKeys,
-    period: &str,
-) -> anyhow::Result<Cancel> {
-    Ok(match read(conn, keys, period).await? {
+pub async fn cancel(store: &Store, keys: &JobKeys, period: &str) -> anyhow::Result<Cancel> {
+    Ok(match read_from(store, keys, period).await? {
         None => Cancel::NoRun,
         Some(r) if r.status == RunStatus::Cancelled => Cancel::AlreadyCancelled(Box::new(r)),
         Some(r) if r.status.is_final() => Cancel::NotOpen(Box::new(r)),
@@ -253,7 +243,7 @@ pub async fn cancel<C: ConnectionLike + Send + Sync>(
                 id: uuid::Uuid::new_v4().simple().to_string(),
                 seen: Seen::Cancel,
             };
-            put(conn, keys, period, &request, true).await?;
+            put(store, keys, period, &request, true).await?;
             Cancel::Requested(Box::new(r))
         }
     })
@@ -272,14 +262,14 @@ pub enum ScheduleCheck {
 }
 
 /// The schedule the job's leader published (`lh:{job}:schedule`), if one did (and it reads).
-pub async fn published_schedule<C: ConnectionLike + Send + Sync>(
-    conn: &mut C,
+pub async fn published_schedule(
+    store: &Store,
     keys: &JobKeys,
 ) -> anyhow::Result<Option<crate::exec::spec::Schedule>> {
-    let raw: Option<String> = conn.get(keys.schedule()).await?;
+    let raw = store.read_key(keys.job(), JobKeys::SCHEDULE_REST).await?;
     let Some(published) = raw
         .as_deref()
-        .and_then(|r| serde_json::from_str::<serde_json::Value>(r).ok())
+        .and_then(|r| serde_json::from_slice::<serde_json::Value>(r).ok())
     else {
         return Ok(None);
     };
@@ -295,12 +285,12 @@ pub async fn published_schedule<C: ConnectionLike + Send + Sync>(
 /// Checks `period` against the schedule the job's leader published (`lh:{job}:schedule`):
 /// an error names the schedule when the period is not one of it and has no run record (a
 /// period with a record is one of an earlier schedule: [`ScheduleCheck::EarlierSchedule`]).
-pub async fn check_published_schedule<C: ConnectionLike + Send + Sync>(
-    conn: &mut C,
+pub async fn check_published_schedule(
+    store: &Store,
     keys: &JobKeys,
     period: &str,
 ) -> anyhow::Result<ScheduleCheck> {
-    let Some(schedule) = published_schedule(conn, keys).await? else {
+    let Some(schedule) = published_schedule(store, keys).await? else {
         return Ok(ScheduleCheck::Unknown);
     };
     let (expr, tz) = (schedule.expr(), schedule.tz());
@@ -313,7 +303,10 @@ pub async fn check_published_schedule<C: ConnectionLike + Send + Sync>(
         );
         return Ok(ScheduleCheck::Period);
     }
-    let recorded: bool = conn.exists(keys.run(period)).await?;
+    let recorded = store
+        .read_key(keys.job(), &JobKeys::run_rest(period))
+        .await?
+        .is_some();
     if recorded {
         return Ok(ScheduleCheck::EarlierSchedule);
     }
@@ -341,40 +334,23 @@ pub fn validate_period_shape(period: &str) -> anyhow::Result<()> {
 
 /// Asks for a run of `period`, which has no record. Returns false if it was already requested
 /// and not yet taken up.
-pub async fn request<C: ConnectionLike + Send + Sync>(
-    conn: &mut C,
-    keys: &JobKeys,
-    period: &str,
-) -> redis::RedisResult<bool> {
-    put(conn, keys, period, &Request::on_seeing(None), false).await
+pub async fn request(store: &Store, keys: &JobKeys, period: &str) -> anyhow::Result<bool> {
+    put(store, keys, period, &Request::on_seeing(None), false).await
 }
 
-/// Writes `request` for `period`: replacing any request there (`replace`), or only if there is
-/// none. Returns whether it was written.
-async fn put<C: ConnectionLike + Send + Sync>(
-    conn: &mut C,
+/// Writes `request` for `period`, with the notice that wakes the leader's runner (without it,
+/// the runner finds the request at its next poll): replacing any request there (`replace`), or
+/// only if there is none. Returns whether it was written.
+async fn put(
+    store: &Store,
     keys: &JobKeys,
     period: &str,
     request: &Request,
     replace: bool,
-) -> redis::RedisResult<bool> {
-    // The leader's runner is woken by the notice; without it (pub/sub down) it finds the
-    // request at its next poll.
-    if replace {
-        let (_, _): (i64, i64) = redis::pipe()
-            .hset(keys.requests(), period, request.encode())
-            .publish(keys.notice_channel(), "request")
-            .query_async(conn)
-            .await?;
-        Ok(true)
-    } else {
-        let (added, _): (bool, i64) = redis::pipe()
-            .hset_nx(keys.requests(), period, request.encode())
-            .publish(keys.notice_channel(), "request")
-            .query_async(conn)
-            .await?;
-        Ok(added)
-    }
+) -> anyhow::Result<bool> {
+    store
+        .request(keys.job(), period, &request.encode(), replace)
+        .await
 }
 
 #[cfg(test)]

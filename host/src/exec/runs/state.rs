@@ -3,8 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use redis::aio::ConnectionLike;
-
 use super::requests::Request;
 use crate::coord::term_store::{JobReads, Store, TermStore as _};
 use crate::store::keys::JobKeys;
@@ -52,23 +50,9 @@ pub async fn state_of(store: &Store, keys: &JobKeys) -> anyhow::Result<JobState>
     Ok(store.job_state(keys.job()).await?.into())
 }
 
-/// Pauses the job (`reason` says who and when) or resumes it (`None`). Operator actions, like
-/// requests, are not fenced: they are inputs to the leader, not results, and no leader writes
-/// the flag.
-pub async fn set_paused<C: ConnectionLike + Send + Sync>(
-    conn: &mut C,
-    keys: &JobKeys,
-    reason: Option<&str>,
-) -> redis::RedisResult<()> {
-    // The notice wakes the leader's runner (see `requests::put`).
-    let mut pipe = redis::pipe();
-    match reason {
-        Some(r) => pipe.set(keys.paused(), r),
-        None => pipe.del(keys.paused()),
-    };
-    pipe.ignore()
-        .publish(keys.notice_channel(), "paused")
-        .ignore()
-        .query_async(conn)
-        .await
+/// Pauses the job (`reason` says who and when) or resumes it (`None`), waking the leader's
+/// runner. Operator actions, like requests, are not fenced: they are inputs to the leader, not
+/// results, and no leader writes the flag.
+pub async fn set_paused(store: &Store, keys: &JobKeys, reason: Option<&str>) -> anyhow::Result<()> {
+    store.set_paused(keys.job(), reason).await
 }

@@ -24,6 +24,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::watch;
 
+use crate::coord::term_store::{Store, TermStore as _};
 use crate::exec::runs;
 use crate::exec::spec::{CatchUp, Overlap, validate_job_name};
 use crate::node::catalog::{Catalog, JobView};
@@ -39,8 +40,11 @@ use health::{healthz, readyz};
 pub(crate) struct Api {
     /// This node's id.
     pub node: String,
-    /// Redis, with the host's timeouts.
+    /// Redis, with the host's timeouts (what the seam does not carry yet: the status and
+    /// history reads).
     pub conn: Conn,
+    /// The store, for operators' writes (trigger, cancel, pause) and the served jobs.
+    pub store: Store,
     /// The jobs served (kept current by [`crate::node`]).
     pub jobs: watch::Receiver<Catalog>,
     /// Bearer token required by `POST` endpoints, if set.
@@ -246,9 +250,8 @@ async fn trigger_period(
     // Tried once more after a dropped connection, like a read: a request is idempotent (a
     // second one for the same period is deduplicated; a re-run's fresh id asks for one re-run).
     let done = read_reconnecting(|| {
-        let mut conn = api.conn.clone();
-        let (keys, period) = (&keys, &period);
-        async move { runs::trigger(&mut conn, keys, period).await }
+        let (store, keys, period) = (&api.store, &keys, &period);
+        async move { runs::trigger(store, keys, period).await }
     })
     .await?;
     Ok((done, period))
@@ -327,7 +330,7 @@ async fn cancel(
         .map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.to_string()))?;
     let keys = JobKeys::new(&name);
     // Not retried on a dropped connection: a second cancel would be a second request.
-    let done = runs::cancel(&mut api.conn.clone(), &keys, &period)
+    let done = runs::cancel(&api.store, &keys, &period)
         .await
         .map_err(|e| unavailable(format!("{e:#}")))?;
     let status = match done {
@@ -369,9 +372,8 @@ async fn pause_job(api: &Api, name: &str, paused: bool) -> Result<(), ApiError> 
     // connection, like a read.
     let keys = JobKeys::new(name);
     read_reconnecting(|| {
-        let mut conn = api.conn.clone();
-        let (keys, reason) = (&keys, paused.then_some(reason.as_str()));
-        async move { Ok(runs::set_paused(&mut conn, keys, reason).await?) }
+        let (store, keys, reason) = (&api.store, &keys, paused.then_some(reason.as_str()));
+        async move { runs::set_paused(store, keys, reason).await }
     })
     .await
 }
@@ -414,12 +416,19 @@ where
 /// How long a read waits for the connection manager to reconnect before its second try.
 const RECONNECT_PAUSE: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// Whether `e` is Redis's connection having gone away (by its kind, never its text).
+/// Whether `e` is Redis's connection having gone away (by its kind, never its text), also
+/// inside a run record's read through the store.
 fn connection_dropped(e: &anyhow::Error) -> bool {
     let dropped = |r: &redis::RedisError| r.is_connection_dropped() || r.is_connection_refusal();
     e.chain().any(|cause| {
-        cause.downcast_ref::<redis::RedisError>().is_some_and(dropped)
-            || matches!(cause.downcast_ref::<runs::RecordError>(), Some(runs::RecordError::Redis(r)) if dropped(r))
+        cause
+            .downcast_ref::<redis::RedisError>()
+            .is_some_and(dropped)
+            || match cause.downcast_ref::<runs::RecordError>() {
+                Some(runs::RecordError::Redis(r)) => dropped(r),
+                Some(runs::RecordError::Store(inner)) => connection_dropped(inner),
+                _ => false,
+            }
     })
 }
 
@@ -428,12 +437,8 @@ async fn has_record(api: &Api, keys: &JobKeys, period: &str) -> Result<bool, Api
     if runs::validate_period_shape(period).is_err() {
         return Ok(false);
     }
-    read_reconnecting(|| {
-        let mut conn = api.conn.clone();
-        let key = keys.run(period);
-        async move { Ok(redis::AsyncCommands::exists::<_, bool>(&mut conn, key).await?) }
-    })
-    .await
+    let rest = JobKeys::run_rest(period);
+    read_reconnecting(|| async { Ok(api.store.read_key(keys.job(), &rest).await?.is_some()) }).await
 }
 
 /// The state shown for a job this node does not serve and other live members do.

@@ -9,7 +9,8 @@
 //! keys fall under `lh/{members}/`.) A beat is one keep-alive of each lease in use (one, as a
 //! rule) and one transaction that writes the member's description and reads the live members,
 //! every term's key and the lease key of every job the host follows
-//! ([`EtcdTerms::beat_looking`]). A member that leaves deletes its key ([`EtcdTerms::deregister`]).
+//! ([`EtcdTerms::beat_looking`]). A member that leaves deletes its key and the list of the jobs it served
+//! ([`EtcdTerms::deregister`], [`super::served`]).
 
 use std::time::{Duration, Instant};
 
@@ -18,7 +19,7 @@ use etcd_client::{GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
 use super::{EtcdResult, EtcdTerm, EtcdTerms, bounded, lease_key};
 
 /// Where the members are.
-const MEMBERS: &str = "lh/{members}/";
+pub(super) const MEMBERS: &str = "lh/{members}/";
 
 /// What a beat found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -43,7 +44,7 @@ pub struct Registration<'a> {
     pub ttl: Duration,
 }
 
-fn member_key(node: &str) -> EtcdResult<String> {
+pub(super) fn member_key(node: &str) -> EtcdResult<String> {
     if node.is_empty() || node.contains('/') {
         return Err(etcd_client::Error::InvalidArgs(format!(
             "node id {node:?}: empty or with a '/'"
@@ -192,8 +193,12 @@ impl EtcdTerms {
 
     /// Takes `node` out of the membership (at shutdown, after its terms are released).
     pub async fn deregister(&self, node: &str) -> EtcdResult<()> {
+        let gone = [
+            TxnOp::delete(member_key(node)?, None),
+            TxnOp::delete(super::served::served_key(node)?, None),
+        ];
         let mut c = self.client.clone();
-        bounded(self.timeout, c.delete(member_key(node)?, None)).await?;
+        bounded(self.timeout, c.txn(Txn::new().and_then(gone))).await?;
         Ok(())
     }
 }

@@ -2,9 +2,11 @@
 //! primitives (issue 30, in part): campaign, renew, resign, a single fenced write (here) and a
 //! term's whole write with its quota and run bookkeeping ([`fenced`]), a host's heartbeat
 //! ([`beat`]), a follower's wait for a job to fall free ([`vacancy`]), one listener per host
-//! for every job's notices ([`notices`]) and the term history ([`history`]); a cluster is named
-//! by an `etcd://` URL ([`url`]). **Not yet used by the
-//! host**: the seam that lets a host run on etcd (`--store etcd://…`) is the rest of that issue;
+//! for every job's notices ([`notices`]), the term history ([`history`]), operators' requests
+//! and pause flag ([`operator`]) and the jobs each host serves ([`served`]); a cluster is named
+//! by an `etcd://` URL ([`url`]). **Not yet a host's store**: the CLI's `trigger`, `cancel`,
+//! `pause` and `resume` work on it (`--store etcd://…`); the rest of the seam that lets a host
+//! run on etcd is the rest of that issue;
 //! `docs/store-contract.md` lists what it must cover. Tested against a real 3-member cluster
 //! (`tests/integration/etcd.rs`, and `contract.rs` beside the Redis store).
 //!
@@ -14,7 +16,8 @@
 //! of its own, `lh/<job>/<set>/<member>`. Its term key and its notices are apart from them,
 //! under one prefix for all jobs (`lh/{jobs}/lease/<job>`, `lh/{jobs}/notify/<job>`,
 //! `lh/{jobs}/work/<job>`), so one watch per host hears them all and no guest write
-//! ([`notices`]); members are `lh/{members}/<node>` ([`beat`]); the cluster's token base is
+//! ([`notices`]); members are `lh/{members}/<node>` ([`beat`]), the jobs each serves
+//! `lh/{served}/<node>` ([`served`]); the cluster's token base is
 //! `lh/{tokens}/base` ([`tokens`]).
 //!
 //! **Guarantees.** A term is the key `lh/{jobs}/lease/<job>`, created only if absent (a transaction
@@ -56,7 +59,9 @@ mod beat;
 mod fenced;
 mod history;
 mod notices;
+mod operator;
 mod reads;
+mod served;
 mod terms;
 mod tokens;
 mod url;

@@ -41,7 +41,7 @@ use crate::store::notice::{NoticeFor, ReleaseNotices};
 const REWATCH: Duration = Duration::from_millis(500);
 
 /// The key a notice for `job`'s runner or workers is put under.
-fn notice_key(job: &str, to: NoticeFor) -> EtcdResult<String> {
+pub(super) fn notice_key(job: &str, to: NoticeFor) -> EtcdResult<String> {
     lease_key(job)?;
     let kind = match to {
         NoticeFor::Runner => "notify",

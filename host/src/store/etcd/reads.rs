@@ -1,5 +1,5 @@
-//! Reads of a job's keys and sets, and an operator's request: what the run bookkeeping of a
-//! term's write ([`super::fenced`]) changes, read back.
+//! Reads of a job's keys and sets: what the run bookkeeping of a term's write
+//! ([`super::fenced`]) changes, read back.
 
 use etcd_client::{GetOptions, Txn, TxnOp, TxnOpResponse};
 
@@ -22,7 +22,7 @@ pub struct JobStateRead {
     pub indexed: bool,
 }
 
-/// Reads of a job's keys, and an operator's request, for what writes change ([`super::fenced`]).
+/// Reads of a job's keys, for what writes change ([`super::fenced`]).
 impl EtcdTerms {
     /// The job's `key` (a job key as [`super::EtcdWrite`] names them), as the cluster's leader has it.
     pub async fn get(&self, job: &str, key: &str) -> EtcdResult<Option<Vec<u8>>> {
@@ -138,22 +138,5 @@ impl EtcdTerms {
             wanted: value(&wanted),
             indexed: indexed.count() > 0,
         })
-    }
-
-    /// Sets one field of one of the job's hashes, unfenced: an operator's write (a request).
-    pub async fn set_member(
-        &self,
-        job: &str,
-        collection: &str,
-        member: &str,
-        value: &[u8],
-    ) -> EtcdResult<()> {
-        let mut c = self.client.clone();
-        bounded(
-            self.timeout,
-            c.put(member_key(job, collection, member)?, value, None),
-        )
-        .await?;
-        Ok(())
     }
 }

@@ -24,7 +24,7 @@ use serde::Deserialize;
 
 use super::{Api, ApiError};
 use crate::coord::elector::{Role, owner_node};
-use crate::coord::members;
+use crate::coord::term_store::TermStore;
 use crate::coord::terms::{self, KEPT};
 use crate::store::keys::JobKeys;
 
@@ -77,14 +77,11 @@ fn error_page(api: &Api, e: ApiError) -> Response {
 }
 
 /// The live members other than this node and the jobs each serves, as they published them
-/// ([`members::served_jobs`]); none when Redis does not answer within two seconds (the pages
+/// ([`TermStore::served_jobs`]); none when the store does not answer within two seconds (the pages
 /// then list this node's own jobs).
 async fn served_elsewhere(api: &Api) -> BTreeMap<String, Vec<String>> {
-    let read = tokio::time::timeout(
-        std::time::Duration::from_secs(2),
-        members::served_jobs(&mut api.conn.clone()),
-    )
-    .await;
+    let read =
+        tokio::time::timeout(std::time::Duration::from_secs(2), api.store.served_jobs()).await;
     let mut served = read.ok().and_then(Result::ok).unwrap_or_default();
     served.remove(&api.node);
     served
