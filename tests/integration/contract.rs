@@ -27,7 +27,12 @@ use leasehold_harness::{EtcdCluster, poll_until};
 
 use crate::harness::*;
 
-async fn won<S: TermStore>(store: &S, job: &str, owner: &str, ttl: Duration) -> StoreTerm {
+pub(crate) async fn won<S: TermStore>(
+    store: &S,
+    job: &str,
+    owner: &str,
+    ttl: Duration,
+) -> StoreTerm {
     match answered("a campaign", || store.campaign(job, owner, ttl)).await {
         Campaign::Won(t) => t,
         held => panic!("{owner} expected to win {job}, found {held:?}"),

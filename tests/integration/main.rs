@@ -76,7 +76,8 @@ mod soak;
 // a real 3-member etcd: one term at a time, growing tokens, fenced writes, a lapsed term.
 mod contract;
 // Operators' writes through the seam on both stores (requests, the pause flag, the served jobs'
-// lists), and the CLI's trigger, cancel, pause and resume on etcd.
+// lists) and the run history they read, and the CLI's trigger, cancel, pause, resume and runs on
+// etcd.
 mod operators;
 // Terms on etcd under faults (the etcd store's first part, issue 30): a member cut off with its
 // holder, a minority without a leader, a member killed under a live term.

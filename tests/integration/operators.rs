@@ -1,20 +1,23 @@
 //! Operators' writes through the store seam (`TermStore::request`, `set_paused`,
 //! `publish_jobs`, `served_jobs`), the same tests against a real Redis and a real 3-member etcd:
 //! a request written only where none is (or replacing one), the pause flag set and cleared,
-//! each waking the job's runner on another host's listener; the jobs the live members serve.
-//! And the CLI's trigger, cancel, pause and resume on etcd, named by `--store`.
+//! each waking the job's runner on another host's listener; the jobs the live members serve; a
+//! job's run history, newest first, as operators read it. And the CLI's trigger, cancel, pause,
+//! resume and runs on etcd, named by `--store`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use leasehold::coord::fence::{self, Bookkeeping, TermWrite};
 use leasehold::coord::members::MemberInfo;
 use leasehold::coord::notices::{Notice, NoticeFor, ReleaseNotices};
-use leasehold::coord::term_store::TermStore;
-use leasehold::exec::runs::{Request, Seen};
-use leasehold::store::keys::JobKeys;
+use leasehold::coord::term::Term;
+use leasehold::coord::term_store::{Store, TermStore};
+use leasehold::exec::runs::{self, Request, RunRecord, RunStatus, Seen};
+use leasehold::store::keys::{INDEXED, JobKeys};
 use leasehold_harness::{EtcdCluster, poll_until};
 
-use crate::contract::{etcd_pair, payload, redis_pair, woken};
+use crate::contract::{etcd_pair, payload, redis_pair, woken, won};
 use crate::harness::*;
 
 /// The request `store` holds for `job`'s `period`, as stored.
@@ -229,6 +232,96 @@ async fn etcd_lists_the_jobs_the_live_members_serve() {
     .await;
 }
 
+/// Writes, as a term of `job` on `store`, a run record for each of `records` (period, what is
+/// stored), a refused request's record for `refused`, and the run index naming them all.
+async fn recorded(store: &Store, job: &str, records: &[(&str, Vec<u8>)], refused: &str) {
+    let ttl = Duration::from_secs(30);
+    let held = won(store, job, &format!("{job}:writer"), ttl).await;
+    let term = Term::granted(&held, std::time::Instant::now() + ttl, None);
+    let keys = JobKeys::new(job);
+    let refusal =
+        serde_json::to_vec(&RunRecord::refused(refused, "2026-01-05T00:00:00.000Z")).unwrap();
+    let mut sets: Vec<(String, &[u8])> = records
+        .iter()
+        .map(|(p, raw)| (keys.run(p), raw.as_slice()))
+        .collect();
+    sets.push((keys.refused(refused), &refusal));
+    let mut indexed: Vec<String> = records.iter().map(|(p, _)| p.to_string()).collect();
+    indexed.extend([refused.to_string(), INDEXED.to_string()]);
+    let write = TermWrite::new(&sets, &[]).with(Bookkeeping {
+        runs_add: &indexed,
+        ..Bookkeeping::default()
+    });
+    fence::term_write(store, &keys, &term, write)
+        .await
+        .expect("the run records");
+}
+
+/// A record as the runner stores it.
+fn record(period: &str) -> Vec<u8> {
+    serde_json::to_vec(&RunRecord::refused(period, "2026-01-05T00:00:00.000Z")).unwrap()
+}
+
+/// A job's run history as `leasehold runs` and `GET …/runs` read it: newest period first, the
+/// index's marker not a period, a record that does not parse listed as corrupt, a refused
+/// request's record listed, at most the limit.
+async fn run_history(a: &Store, b: &Store) {
+    let records = [
+        ("2026-01-01", record("2026-01-01")),
+        ("2026-01-03", record("2026-01-03")),
+        ("2026-01-02", b"{not a record".to_vec()),
+    ];
+    recorded(a, "hist", &records, "2026-01-04").await;
+    assert_eq!(
+        answered("the newest runs", || b.newest_runs("hist", 10)).await,
+        ["2026-01-04", "2026-01-03", "2026-01-02", "2026-01-01"]
+    );
+    assert_eq!(
+        answered("the newest runs", || b.newest_runs("hist", 2)).await,
+        ["2026-01-04", "2026-01-03"]
+    );
+    assert_eq!(
+        answered("no runs", || b.newest_runs("never", 5)).await,
+        Vec::<String>::new()
+    );
+    let keys = JobKeys::new("hist");
+    let read = runs::history(b, &keys, 10).await.expect("the history");
+    let shown: Vec<(&str, RunStatus)> =
+        read.iter().map(|r| (r.period.as_str(), r.status)).collect();
+    assert_eq!(
+        shown,
+        [
+            ("2026-01-04", RunStatus::Refused),
+            ("2026-01-03", RunStatus::Refused),
+            ("2026-01-02", RunStatus::Corrupt),
+            ("2026-01-01", RunStatus::Refused),
+        ]
+    );
+    let newest = runs::history(b, &keys, 1).await.expect("the history");
+    assert_eq!(newest.len(), 1);
+    assert_eq!(newest[0].period, "2026-01-04");
+}
+
+#[tokio::test]
+async fn redis_reads_a_jobs_run_history_newest_first() {
+    deadline(Duration::from_secs(60), async {
+        let redis = RedisServer::start().await;
+        let (a, b) = redis_pair(&redis).await;
+        Box::pin(run_history(&a, &b)).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn etcd_reads_a_jobs_run_history_newest_first() {
+    deadline(Duration::from_secs(120), async {
+        let cluster = EtcdCluster::start(3).await;
+        let (a, b) = etcd_pair(&cluster).await;
+        Box::pin(run_history(&a, &b)).await;
+    })
+    .await;
+}
+
 /// `leasehold` with `args`, then `--store url`: what it printed to stdout, stderr, and whether it
 /// succeeded.
 fn cli(args: &[&str], url: &str) -> (String, String, bool) {
@@ -244,10 +337,11 @@ fn cli(args: &[&str], url: &str) -> (String, String, bool) {
 
 /// The CLI on etcd: `trigger` checks the job against the jobs the live members published and
 /// writes its request, `pause` and `resume` set and clear the flag, `cancel` finds no run to
-/// cancel, each read back through the store; a command that reads Redis only yet refuses the
-/// etcd URL, naming what works.
+/// cancel, each read back through the store; `runs` lists the records a term wrote and
+/// `--terms` the term; a command that reads Redis only yet (`purge`) refuses the etcd URL,
+/// naming what works.
 #[tokio::test]
-async fn the_cli_triggers_pauses_and_cancels_on_etcd() {
+async fn the_cli_triggers_pauses_cancels_and_lists_runs_on_etcd() {
     deadline(Duration::from_secs(150), async {
         let cluster = EtcdCluster::start(3).await;
         let url = cluster.url();
@@ -312,7 +406,33 @@ async fn the_cli_triggers_pauses_and_cancels_on_etcd() {
             "{err}"
         );
 
-        let (_, err, ok) = cli(&["runs", "ledger"], &url);
+        let (out, err, ok) = cli(&["runs", "ledger"], &url);
+        assert!(ok, "{err}");
+        assert!(out.contains("ledger has no runs"), "{out}");
+        recorded(
+            &store,
+            "ledger",
+            &[("2026-11-30", record("2026-11-30"))],
+            "2026-11-29",
+        )
+        .await;
+        let (out, err, ok) = cli(&["runs", "ledger"], &url);
+        assert!(ok, "{err}");
+        let periods: Vec<&str> = out
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        assert_eq!(periods, ["2026-11-30", "2026-11-29"], "{out}");
+        let (out, err, ok) = cli(&["runs", "ledger", "--terms"], &url);
+        assert!(ok, "{err}");
+        let term = answered("the terms", || store.history("ledger", 1)).await;
+        assert!(
+            out.contains(&term[0].token.to_string()) && out.contains("leading"),
+            "{out}"
+        );
+
+        let (_, err, ok) = cli(&["purge", "ledger", "--recount"], &url);
         assert!(!ok);
         assert!(err.contains("reads Redis only yet"), "{err}");
     })

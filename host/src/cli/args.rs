@@ -329,7 +329,8 @@ pub(crate) struct JobArgs {
     /// The job's name.
     pub job: String,
     /// The store's URL: Redis (redis://, rediss://, redis+sentinel://, redis+cluster://) or,
-    /// for pause, resume and cancel, etcd (etcd://host:2379,…; `--store` names it too).
+    /// for pause, resume, cancel and runs, etcd (etcd://host:2379,…; `--store` names it
+    /// too).
     #[arg(
         long,
         visible_alias = "store",

@@ -253,12 +253,12 @@ async fn check(file: PathBuf, limits: LimitArgs, cache: Option<PathBuf>) -> anyh
     Ok(())
 }
 
-/// Redis at `url`, for the commands that read Redis only yet (`runs`, `purge`): an etcd URL is
+/// Redis at `url`, for the commands that read Redis only yet (`purge`): an etcd URL is
 /// refused, naming what does work on etcd.
 async fn connect_cli(url: &str) -> anyhow::Result<store::Conn> {
     anyhow::ensure!(
         !leasehold::coord::term_store::names_etcd(url),
-        "this command reads Redis only yet ({}): on etcd, trigger, cancel, pause and resume work",
+        "this command reads Redis only yet ({}): on etcd, trigger, cancel, pause, resume and runs work",
         store::redact(url)
     );
     store::Conn::connect(url, Duration::from_secs(2), Some(Duration::from_secs(5))).await

@@ -4,13 +4,14 @@
 //! `tasks` list added to a run that has tasks. `--terms`: the job's term history instead
 //! ([`leasehold::coord::terms`]), newest first.
 
+use leasehold::coord::term_store::{Store, TermStore as _};
 use leasehold::exec::runs::{self, RunRecord};
 use leasehold::exec::spec::validate_job_name;
 use leasehold::exec::tasks::{self, TaskView};
 use leasehold::store::keys::JobKeys;
 
 use super::args::RunsArgs;
-use super::connect_cli;
+use super::open_store;
 
 /// Tasks listed one per line under a run in the table (the rest are counted).
 const TASKS_SHOWN: usize = 10;
@@ -18,19 +19,21 @@ const TASKS_SHOWN: usize = 10;
 pub(super) async fn list(args: RunsArgs) -> anyhow::Result<()> {
     let job = &args.job.job;
     validate_job_name(job)?;
-    let mut conn = connect_cli(&args.job.redis_url).await?;
+    let store = open_store(&args.job.redis_url).await?;
     let keys = JobKeys::new(job);
     if args.terms {
-        return list_terms(&mut conn, &keys, &args).await;
+        return list_terms(&store, &keys, &args).await;
     }
-    let records = runs::history(&mut conn, &keys, args.limit.max(1)).await?;
+    let records = runs::history(&store, &keys, args.limit.max(1)).await?;
     let mut with_tasks = Vec::with_capacity(records.len());
     for r in records {
-        // Only an open run has task records (they go with the run's end).
-        let tasks = if r.status.is_final() {
-            Vec::new()
-        } else {
-            tasks::tasks_of(&mut conn, &keys, &r.period).await?
+        // Only an open run has task records (they go with the run's end); tasks are on Redis
+        // only (no fan-out job runs on etcd yet).
+        let tasks = match &store {
+            Store::Redis(redis) if !r.status.is_final() => {
+                tasks::tasks_of(&mut redis.conn().clone(), &keys, &r.period).await?
+            }
+            _ => Vec::new(),
         };
         with_tasks.push((r, tasks));
     }
@@ -71,12 +74,15 @@ pub(super) async fn list(args: RunsArgs) -> anyhow::Result<()> {
 }
 
 /// `--terms`: the job's terms, newest first.
-async fn list_terms(
-    conn: &mut leasehold::store::Conn,
-    keys: &JobKeys,
-    args: &RunsArgs,
-) -> anyhow::Result<()> {
-    let (terms, unparsed) = leasehold::coord::terms::history(conn, keys, args.limit).await?;
+async fn list_terms(store: &Store, keys: &JobKeys, args: &RunsArgs) -> anyhow::Result<()> {
+    // On Redis, entries that do not read are counted; on etcd they are left out uncounted
+    // (the seam's history reads only what parses).
+    let (terms, unparsed) = match store {
+        Store::Redis(redis) => {
+            leasehold::coord::terms::history(&mut redis.conn().clone(), keys, args.limit).await?
+        }
+        Store::Etcd(_) => (store.history(keys.job(), args.limit).await?, 0),
+    };
     if args.json {
         for t in &terms {
             println!("{}", serde_json::to_value(t)?);

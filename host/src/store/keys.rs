@@ -174,7 +174,12 @@ impl JobKeys {
     /// Where an unreadable run record of `period` is kept for the operator, moved aside so it
     /// blocks nothing.
     pub fn corrupt(&self, period: &str) -> String {
-        format!("{}corrupt:{period}", self.prefix)
+        self.of(&Self::corrupt_rest(period))
+    }
+
+    /// [`JobKeys::corrupt`] without the job's prefix (what the seam's reads take).
+    pub fn corrupt_rest(period: &str) -> String {
+        format!("corrupt:{period}")
     }
 
     /// What the fenced write with id `id` answered, kept 60 s for a resend of the same call
@@ -186,7 +191,12 @@ impl JobKeys {
     /// A request for `period` that its leader refused (not a period of the job's schedule,
     /// and no record): JSON like a run record, status `refused`, shown in the run history.
     pub fn refused(&self, period: &str) -> String {
-        format!("{}refused:{period}", self.prefix)
+        self.of(&Self::refused_rest(period))
+    }
+
+    /// [`JobKeys::refused`] without the job's prefix (what the seam's reads take).
+    pub fn refused_rest(period: &str) -> String {
+        format!("refused:{period}")
     }
 
     /// The job's schedule as its current leader runs it (JSON `schedule`, `time_zone`),

@@ -160,6 +160,10 @@ impl TermStore for Store {
         each!(self, s => TermStore::read_keys(s, job, rests).await)
     }
 
+    async fn newest_runs(&self, job: &str, limit: usize) -> anyhow::Result<Vec<String>> {
+        each!(self, s => TermStore::newest_runs(s, job, limit).await)
+    }
+
     async fn job_state(&self, job: &str) -> anyhow::Result<JobReads> {
         each!(self, s => TermStore::job_state(s, job).await)
     }

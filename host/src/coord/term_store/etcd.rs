@@ -289,6 +289,11 @@ impl TermStore for EtcdTerms {
         Ok(EtcdTerms::get_many(self, job, rests).await?)
     }
 
+    async fn newest_runs(&self, job: &str, limit: usize) -> anyhow::Result<Vec<String>> {
+        let periods = EtcdTerms::last_members(self, job, "runs", limit + 1).await?;
+        Ok(super::without_marker(periods, limit))
+    }
+
     async fn job_state(&self, job: &str) -> anyhow::Result<JobReads> {
         Ok(reads(EtcdTerms::job_state(self, job).await?))
     }

@@ -45,10 +45,11 @@
 //! with the notice that wakes the runner ([`TermStore::request`], [`TermStore::set_paused`]),
 //! and the lists of the jobs each host serves ([`TermStore::publish_jobs`],
 //! [`TermStore::served_jobs`]) — what the CLI's `trigger`, `cancel`, `pause` and `resume`, the
-//! HTTP API's and the console's actions and the catalog use, on either store.
+//! HTTP API's and the console's actions and the catalog use, on either store — and the run
+//! history operators read ([`TermStore::newest_runs`], then [`TermStore::read_keys`]).
 //!
 //! **Not yet.** The rest of the host still calls the Redis functions directly: tasks, the HTTP
-//! API's and the console's status and history reads, the CLI's `runs` and `purge`, the start-up
+//! API's and the console's status and term-history reads, the CLI's `purge`, the start-up
 //! checks ([`Store::redis_conn`] hands the Redis connection to what is not moved yet, and on
 //! etcd says so). Moving them is the rest of issue 30, and until then a host runs only on
 //! Redis. A task's write (a worker's claim) is not part of the contract yet: the etcd store
@@ -267,6 +268,15 @@ pub trait TermStore {
         collection: Collection,
     ) -> impl Future<Output = anyhow::Result<Vec<(String, Vec<u8>)>>> + Send;
 
+    /// The newest `limit` periods of the job's run index, newest first (periods sort as text in
+    /// time order; the index's marker, [`crate::store::keys::INDEXED`], is not one): on Redis one
+    /// `ZREVRANGEBYLEX`, on etcd one sorted range read.
+    fn newest_runs(
+        &self,
+        job: &str,
+        limit: usize,
+    ) -> impl Future<Output = anyhow::Result<Vec<String>>> + Send;
+
     /// What a leader reads of `job` every round, in one request (on Redis one pipeline of the
     /// job's slot; on etcd one read-only transaction): every field read at one moment.
     fn job_state(&self, job: &str) -> impl Future<Output = anyhow::Result<JobReads>> + Send;
@@ -400,4 +410,13 @@ impl Collection {
             Collection::Requests => "requests",
         }
     }
+}
+
+/// `periods` without the run index's marker, at most `limit`.
+fn without_marker(periods: Vec<String>, limit: usize) -> Vec<String> {
+    periods
+        .into_iter()
+        .filter(|p| p != crate::store::keys::INDEXED)
+        .take(limit)
+        .collect()
 }

@@ -243,6 +243,20 @@ impl TermStore for RedisTerms {
             .await?)
     }
 
+    async fn newest_runs(&self, job: &str, limit: usize) -> anyhow::Result<Vec<String>> {
+        // The marker may be among the first `limit + 1`: read one more, drop it.
+        let periods: Vec<String> = redis::cmd("ZREVRANGEBYLEX")
+            .arg(JobKeys::new(job).runs())
+            .arg("+")
+            .arg("-")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit + 1)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(super::without_marker(periods, limit))
+    }
+
     async fn job_state(&self, job: &str) -> anyhow::Result<JobReads> {
         crate::metrics::get().round_trip("job-state");
         let mut pipe = redis::pipe();

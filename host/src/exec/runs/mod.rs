@@ -339,36 +339,35 @@ pub async fn read_checkpoint_from(
 pub use crate::store::keys::INDEXED;
 
 /// Every run record of the job, newest period first, from the job's run index
-/// (`lh:{job}:runs`) and the records, corrupt records kept aside and refused requests it names. A record that
-/// does not parse is listed as [`RunStatus::Corrupt`] with its size, never an error: one bad
-/// record must not hide the others.
-pub async fn history<C: ConnectionLike + Send + Sync>(
-    conn: &mut C,
+/// (`lh:{job}:runs`) and the records, corrupt records kept aside and refused requests it names,
+/// through the store (on either). A record that does not parse is listed as
+/// [`RunStatus::Corrupt`] with its size, never an error: one bad record must not hide the
+/// others.
+pub async fn history(
+    store: &Store,
     keys: &JobKeys,
     limit: usize,
 ) -> Result<Vec<RunRecord>, RecordError> {
-    // Periods sort as text in time order (`YYYY-MM-DD…`): newest first by lexical range.
-    let periods: Vec<String> = redis::cmd("ZREVRANGEBYLEX")
-        .arg(keys.runs())
-        .arg("+")
-        .arg("-")
-        .arg("LIMIT")
-        .arg(0)
-        .arg(limit + 1)
-        .query_async(conn)
-        .await?;
-    let periods: Vec<String> = periods
-        .into_iter()
-        .filter(|p| p != INDEXED)
-        .take(limit)
-        .collect();
+    let periods = store
+        .newest_runs(keys.job(), limit)
+        .await
+        .map_err(RecordError::Store)?;
     let mut out = Vec::with_capacity(periods.len());
     for chunk in periods.chunks(250) {
         let names: Vec<String> = chunk
             .iter()
-            .flat_map(|p| [keys.run(p), keys.corrupt(p), keys.refused(p)])
+            .flat_map(|p| {
+                [
+                    JobKeys::run_rest(p),
+                    JobKeys::corrupt_rest(p),
+                    JobKeys::refused_rest(p),
+                ]
+            })
             .collect();
-        let raws: Vec<Option<Vec<u8>>> = redis::cmd("MGET").arg(&names).query_async(conn).await?;
+        let raws = store
+            .read_keys(keys.job(), &names)
+            .await
+            .map_err(RecordError::Store)?;
         for (period, trio) in chunk.iter().zip(raws.chunks(3)) {
             let (run, corrupt, refused) = (&trio[0], &trio[1], &trio[2]);
             if let Some(raw) = run {

@@ -300,7 +300,7 @@ async fn run_history(
         let keys = &keys;
         async move {
             let mut out = Vec::new();
-            for r in runs::history(&mut conn, keys, limit).await? {
+            for r in runs::history(&api.store, keys, limit).await? {
                 // An open run's fan-out tasks (their records go with the run's end).
                 let tasks = if r.status.is_final() {
                     Vec::new()

@@ -5,7 +5,7 @@
 //! for every job's notices ([`notices`]), the term history ([`history`]), operators' requests
 //! and pause flag ([`operator`]) and the jobs each host serves ([`served`]); a cluster is named
 //! by an `etcd://` URL ([`url`]). **Not yet a host's store**: the CLI's `trigger`, `cancel`,
-//! `pause` and `resume` work on it (`--store etcd://…`); the rest of the seam that lets a host
+//! `pause`, `resume` and `runs` work on it (`--store etcd://…`); the rest of the seam that lets a host
 //! run on etcd is the rest of that issue;
 //! `docs/store-contract.md` lists what it must cover. Tested against a real 3-member cluster
 //! (`tests/integration/etcd.rs`, and `contract.rs` beside the Redis store).

@@ -1,7 +1,7 @@
 //! Reads of a job's keys and sets: what the run bookkeeping of a term's write
 //! ([`super::fenced`]) changes, read back.
 
-use etcd_client::{GetOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse};
 
 use super::{EtcdResult, EtcdTerms, bounded, job_key, member_key};
 
@@ -50,6 +50,28 @@ impl EtcdTerms {
                     kv.value().to_vec(),
                 )
             })
+            .collect())
+    }
+
+    /// The last `limit` members of one of the job's sets (`runs`), in descending key order.
+    pub async fn last_members(
+        &self,
+        job: &str,
+        collection: &str,
+        limit: usize,
+    ) -> EtcdResult<Vec<String>> {
+        let prefix = member_key(job, collection, "")?;
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_keys_only()
+            .with_sort(SortTarget::Key, SortOrder::Descend)
+            .with_limit(limit as i64);
+        let mut c = self.client.clone();
+        let got = bounded(self.timeout, c.get(prefix.clone(), Some(options))).await?;
+        Ok(got
+            .kvs()
+            .iter()
+            .map(|kv| String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned())
             .collect())
     }
 
