@@ -137,7 +137,12 @@ impl NodeConfig {
     /// reported together.
     pub fn from_raw(raw: RawConfig) -> Result<Self, ConfigError> {
         let mut bad = Vec::new();
-        if let Err(why) = crate::store::target(&raw.redis_url) {
+        if crate::coord::term_store::names_etcd(&raw.redis_url) {
+            bad.push(Violation::new(
+                Setting::RedisUrl,
+                "redis-url: an etcd URL: a host does not run on etcd yet (issue 30); `leasehold trigger`, `cancel`, `pause`, `resume` and `runs` take one".to_string(),
+            ));
+        } else if let Err(why) = crate::store::target(&raw.redis_url) {
             bad.push(Violation::new(
                 Setting::RedisUrl,
                 format!("redis-url: {why}"),

@@ -137,3 +137,23 @@ fn node_ids_are_checked() {
     );
     assert!(validate_node_id(&"x".repeat(65)).is_err());
 }
+
+#[test]
+fn an_etcd_url_is_refused_for_a_host_naming_what_takes_one() {
+    for url in [
+        "etcd://127.0.0.1:2379",
+        "etcds://a:2379,b:2379?cacert=/ca.pem",
+    ] {
+        let mut r = raw();
+        r.redis_url = url.into();
+        let e = NodeConfig::from_raw(r).unwrap_err();
+        let settings: Vec<Setting> = e.violations.iter().map(|v| v.setting).collect();
+        assert_eq!(settings, vec![Setting::RedisUrl], "{e}");
+        let text = e.to_string();
+        assert!(
+            text.contains("a host does not run on etcd yet")
+                && text.contains("`leasehold trigger`"),
+            "{text}"
+        );
+    }
+}
