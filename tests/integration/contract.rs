@@ -602,6 +602,28 @@ pub(crate) async fn woken(notice: &Notice, limit: Duration) -> bool {
         .is_ok()
 }
 
+/// Waits until a listener hears `job`'s runner notices: `sender` sends one with `payload` until
+/// `runner` (registered with the listener) is woken by it. A listener is up once a notice sent
+/// after its start is heard (one sent before it subscribed is lost, as a publish is).
+pub(crate) async fn listening<S: TermStore>(sender: &S, job: &str, runner: &Notice, payload: &str) {
+    poll_until(
+        "the listener hears a notice",
+        Duration::from_secs(30),
+        Duration::ZERO,
+        || async move {
+            answered("a notice", || {
+                sender.notify(job, NoticeFor::Runner, payload)
+            })
+            .await;
+            woken(runner, Duration::from_millis(200))
+                .await
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap();
+}
+
 /// The last payload `notice` kept.
 pub(crate) fn payload(notice: &Notice) -> String {
     notice
@@ -636,27 +658,7 @@ async fn notices_heard<S: TermStore + Sync>(a: &S, b: &S, lapsing: Option<&S>) {
     let (_, other_runner, _) = register("settlement");
     let stop = tokio_util::sync::CancellationToken::new();
     let checks = async {
-        // The listener is up once a notice sent after its start is heard (one sent before it
-        // subscribed is lost, as a publish is).
-        poll_until(
-            "the listener hears a notice",
-            Duration::from_secs(30),
-            Duration::ZERO,
-            || {
-                let runner = &runner;
-                async move {
-                    answered("a notice", || {
-                        b.notify("billing", NoticeFor::Runner, "request")
-                    })
-                    .await;
-                    woken(runner, Duration::from_millis(200))
-                        .await
-                        .then_some(())
-                }
-            },
-        )
-        .await
-        .unwrap();
+        listening(b, "billing", &runner, "request").await;
         assert_eq!(payload(&runner), "request");
         // A notice for the workers wakes the workers' channel, with its payload.
         answered("a work notice", || {

@@ -15,9 +15,9 @@ use leasehold::coord::term::Term;
 use leasehold::coord::term_store::{Store, TermStore};
 use leasehold::exec::runs::{self, Request, RunRecord, RunStatus, Seen};
 use leasehold::store::keys::{INDEXED, JobKeys};
-use leasehold_harness::{EtcdCluster, poll_until};
+use leasehold_harness::EtcdCluster;
 
-use crate::contract::{etcd_pair, payload, redis_pair, woken, won};
+use crate::contract::{etcd_pair, listening, payload, redis_pair, woken, won};
 use crate::harness::*;
 
 /// The request `store` holds for `job`'s `period`, as stored.
@@ -48,26 +48,7 @@ async fn requests_and_pauses<S: TermStore + Sync>(a: &S, b: &S) {
     );
     let stop = tokio_util::sync::CancellationToken::new();
     let checks = async {
-        // The listener is up once a notice sent after its start is heard.
-        poll_until(
-            "the listener hears a notice",
-            Duration::from_secs(30),
-            Duration::ZERO,
-            || {
-                let runner = &runner;
-                async move {
-                    answered("a notice", || {
-                        b.notify("ledger", NoticeFor::Runner, "hello")
-                    })
-                    .await;
-                    woken(runner, Duration::from_millis(200))
-                        .await
-                        .then_some(())
-                }
-            },
-        )
-        .await
-        .unwrap();
+        listening(b, "ledger", &runner, "hello").await;
         let period = "2026-12-01";
         assert!(
             answered("a first request", || b
