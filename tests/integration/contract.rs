@@ -1255,19 +1255,7 @@ async fn etcd_renews_a_hosts_terms_together_each_for_itself() {
         // one read per 128 terms, sent at once. Counted once the cluster is quiet (each won
         // campaign trims its job's history in the background: a read).
         let many = win_many(&d, "counted", 300, Duration::from_secs(60)).await;
-        let before = poll_until(
-            "the cluster to fall quiet",
-            Duration::from_secs(30),
-            Duration::ZERO,
-            || async {
-                let first = cluster.requests_served().await;
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                let then = cluster.requests_served().await;
-                (first == then).then_some(then)
-            },
-        )
-        .await
-        .unwrap();
+        let before = quiet(&cluster).await;
         let held = TermStore::renew_all(&d, &many).await.expect("300 renewals");
         let served = cluster.requests_served().await - before;
         assert!(held.iter().all(|h| *h));
@@ -1276,8 +1264,49 @@ async fn etcd_renews_a_hosts_terms_together_each_for_itself() {
             1 + 300u64.div_ceil(128),
             "requests for a beat of 300 terms"
         );
+        // The same terms in a host's whole heartbeat (`beat`: its registration and the
+        // members' read join the terms' keys in the transactions): one keep-alive and one
+        // transaction per 128 operations, the 300 renewals and the 2 of the registration.
+        let info = MemberInfo::with_capacity(1);
+        let beat = Beat {
+            node: "node-d",
+            info: &info,
+            ttl: Duration::from_secs(60),
+            renew: many.iter().collect(),
+            look: Vec::new(),
+            read: Vec::new(),
+        };
+        beaten(&d, &beat).await;
+        let before = quiet(&cluster).await;
+        let b = TermStore::beat(&d, &beat).await;
+        let served = cluster.requests_served().await - before;
+        assert!(b.members.expect("the members").contains_key("node-d"));
+        assert!(b.renewed.into_iter().all(|h| h.expect("a renewal")));
+        assert_eq!(
+            served,
+            1 + (300u64 + 2).div_ceil(128),
+            "requests for a heartbeat of 300 terms"
+        );
     })
     .await;
+}
+
+/// The requests `cluster` has served, once it is quiet (each won campaign trims its job's
+/// history in the background: a read).
+async fn quiet(cluster: &EtcdCluster) -> u64 {
+    poll_until(
+        "the cluster to fall quiet",
+        Duration::from_secs(30),
+        Duration::ZERO,
+        || async {
+            let first = cluster.requests_served().await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let then = cluster.requests_served().await;
+            (first == then).then_some(then)
+        },
+    )
+    .await
+    .unwrap()
 }
 
 #[tokio::test]
