@@ -505,6 +505,7 @@ async fn vacancies<S: TermStore>(a: &S, b: &S, c: &S) {
 async fn terms_of<S: TermStore>(store: &S, job: &str) -> Vec<(u64, String, Option<TermEnd>)> {
     answered("the history", || store.history(job, 100))
         .await
+        .terms
         .into_iter()
         .map(|t| (t.token, t.owner, t.end))
         .collect()
@@ -521,7 +522,9 @@ async fn term_history<S: TermStore>(a: &S, b: &S, c: &S) {
         terms_of(a, "billing").await,
         vec![(ta.token, "a:1".into(), None)]
     );
-    let record = &answered("the history", || b.history("billing", 1)).await[0];
+    let record = &answered("the history", || b.history("billing", 1))
+        .await
+        .terms[0];
     assert_eq!(record.node, "a");
     assert!(record.started_ms > 0 && record.ended_ms.is_none());
     assert!(answered("a's resignation", || a.resign(&ta)).await);
@@ -541,7 +544,9 @@ async fn term_history<S: TermStore>(a: &S, b: &S, c: &S) {
         ]
     );
     assert!(
-        answered("the history", || a.history("billing", 5)).await[1]
+        answered("the history", || a.history("billing", 5))
+            .await
+            .terms[1]
             .ended_ms
             .is_some()
     );
@@ -622,6 +627,34 @@ pub(crate) async fn listening<S: TermStore>(sender: &S, job: &str, runner: &Noti
     )
     .await
     .unwrap();
+}
+
+/// Waits until `notice` is woken with `expected` as its last payload, within `limit`: a wake
+/// left pending by an earlier notice (a late "hello" of [`listening`]) is passed over, so a
+/// check reads the notice it waits for.
+pub(crate) async fn heard(notice: &Notice, expected: &str, limit: Duration) -> bool {
+    let until = tokio::time::Instant::now() + limit;
+    loop {
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        if !woken(notice, left).await {
+            return false;
+        }
+        if payload(notice) == expected {
+            return true;
+        }
+    }
+}
+
+/// Forgets `notice`'s last payload, so the next [`heard`] needs a new notice even when it
+/// carries the same payload.
+pub(crate) fn forget(notice: &Notice) {
+    notice
+        .payload
+        .as_ref()
+        .expect("a notice with a payload")
+        .lock()
+        .unwrap()
+        .clear();
 }
 
 /// The last payload `notice` kept.
@@ -1024,7 +1057,7 @@ async fn the_hosts_term_writes(a: &Store, b: &Store) {
 
 /// A client of the store `url` names, as the host opens one ([`Store::open`]): every test
 /// below goes through the same type whichever store it runs on.
-async fn store_client(url: &str) -> Store {
+pub(crate) async fn store_client(url: &str) -> Store {
     let store = Store::open(url, Duration::from_secs(5))
         .await
         .expect("a connection to the store");

@@ -269,6 +269,7 @@ async fn a_user_allowed_only_the_lh_prefix_runs_the_store_with_authentication_on
         assert_eq!(
             answered("the history", || a.history("billing", 5))
                 .await
+                .0
                 .len(),
             1
         );

@@ -2,8 +2,9 @@
 //! `publish_jobs`, `served_jobs`), the same tests against a real Redis and a real 3-member etcd:
 //! a request written only where none is (or replacing one), the pause flag set and cleared,
 //! each waking the job's runner on another host's listener; the jobs the live members serve; a
-//! job's run history, newest first, as operators read it. And the CLI's trigger, cancel, pause,
-//! resume and runs on etcd, named by `--store`.
+//! job's run history, newest first, and its status (holder, time left, token, pause, last run,
+//! storage, open runs), as operators read them; the same on a 3-primary Redis Cluster. And the
+//! CLI's trigger, cancel, pause, resume and runs on etcd, named by `--store`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -11,13 +12,14 @@ use std::time::Duration;
 use leasehold::coord::fence::{self, Bookkeeping, TermWrite};
 use leasehold::coord::members::MemberInfo;
 use leasehold::coord::notices::{Notice, NoticeFor, ReleaseNotices};
+use leasehold::coord::quota::Quota;
 use leasehold::coord::term::Term;
-use leasehold::coord::term_store::{Store, TermStore};
+use leasehold::coord::term_store::{JobStatus, Store, TermStore};
 use leasehold::exec::runs::{self, Request, RunRecord, RunStatus, Seen};
 use leasehold::store::keys::{INDEXED, JobKeys};
 use leasehold_harness::EtcdCluster;
 
-use crate::contract::{etcd_pair, listening, payload, redis_pair, woken, won};
+use crate::contract::{etcd_pair, forget, heard, listening, redis_pair, store_client, won};
 use crate::harness::*;
 
 /// The request `store` holds for `job`'s `period`, as stored.
@@ -57,10 +59,9 @@ async fn requests_and_pauses<S: TermStore + Sync>(a: &S, b: &S) {
             "a first request is written"
         );
         assert!(
-            woken(&runner, Duration::from_secs(10)).await,
+            heard(&runner, "request", Duration::from_secs(10)).await,
             "a request wakes the runner"
         );
-        assert_eq!(payload(&runner), "request");
         assert!(
             !answered("a second request", || b
                 .request("ledger", period, "r2 none", false))
@@ -103,25 +104,24 @@ async fn requests_and_pauses<S: TermStore + Sync>(a: &S, b: &S) {
             Some("r3 cancel")
         );
 
-        // Drain what the requests woke, then the pause and the resume.
-        let _ = woken(&runner, Duration::from_millis(200)).await;
+        // The pause and the resume, each heard as a new notice.
+        forget(&runner);
         answered("a pause", || {
             b.set_paused("ledger", Some("paused by the test"))
         })
         .await;
         assert!(
-            woken(&runner, Duration::from_secs(10)).await,
+            heard(&runner, "paused", Duration::from_secs(10)).await,
             "a pause wakes the runner"
         );
-        assert_eq!(payload(&runner), "paused");
         let state = answered("the job's state", || a.job_state("ledger")).await;
         assert_eq!(state.paused.as_deref(), Some("paused by the test"));
+        forget(&runner);
         answered("a resume", || b.set_paused("ledger", None)).await;
         assert!(
-            woken(&runner, Duration::from_secs(10)).await,
+            heard(&runner, "paused", Duration::from_secs(10)).await,
             "a resume wakes the runner"
         );
-        assert_eq!(payload(&runner), "paused");
         let state = answered("the job's state", || a.job_state("ledger")).await;
         assert_eq!(state.paused, None);
         // Resuming a job not paused is no error.
@@ -209,6 +209,35 @@ async fn etcd_lists_the_jobs_the_live_members_serve() {
         let cluster = EtcdCluster::start(3).await;
         let (a, b) = etcd_pair(&cluster).await;
         Box::pin(served(&a, &b)).await;
+        // A crashed host's list, written long ago, is swept by a read; a live member's list,
+        // however old, counts, and a fresh list of a node not yet a member stays.
+        let mut raw = etcd_client::Client::connect(cluster.endpoints(), None)
+            .await
+            .expect("a raw etcd client");
+        raw.put("lh/{served}/node-gone", "0\nold", None)
+            .await
+            .expect("an old list");
+        raw.put("lh/{served}/node-b", "0\nledger", None)
+            .await
+            .expect("an old list of a live member");
+        let lists = answered("the lists", || a.served_jobs()).await;
+        assert_eq!(lists.get("node-b"), Some(&vec!["ledger".to_string()]));
+        assert!(!lists.contains_key("node-gone"));
+        let left = |key: &'static str| {
+            let mut raw = raw.clone();
+            async move { raw.get(key, None).await.expect("a raw read").count() }
+        };
+        assert_eq!(
+            left("lh/{served}/node-gone").await,
+            0,
+            "the old list is swept"
+        );
+        assert_eq!(
+            left("lh/{served}/node-b").await,
+            1,
+            "a live member's list stays"
+        );
+        assert_eq!(left("lh/{served}/node-x").await, 1, "a fresh list stays");
     })
     .await;
 }
@@ -303,6 +332,214 @@ async fn etcd_reads_a_jobs_run_history_newest_first() {
     .await;
 }
 
+/// A job's status as `GET /jobs/<job>` and the console read it: nothing before its first term;
+/// then the holder, its lease's time left and its token, the pause flag, the last run's period,
+/// the storage count a quota write left and the open runs (in text order); once the term is
+/// given back, no holder and no time left, the last term's token kept.
+async fn status(a: &Store, b: &Store) {
+    let job = "stat";
+    assert_eq!(
+        answered("a new job's status", || b.job_status(job)).await,
+        JobStatus::default()
+    );
+    let ttl = Duration::from_secs(30);
+    let held = won(a, job, "node-a:1", ttl).await;
+    let term = Term::granted(&held, std::time::Instant::now() + ttl, None);
+    let keys = JobKeys::new(job);
+    let record = record("2026-02-01");
+    let sets = [
+        (keys.data("balance"), b"100".as_slice()),
+        (keys.run("2026-02-01"), record.as_slice()),
+        (keys.last_run(), b"2026-02-01".as_slice()),
+    ];
+    let open = ["2026-02-03".to_string(), "2026-02-02".to_string()];
+    let mut write = TermWrite::new(&sets, &[]).with(Bookkeeping {
+        open_add: &open,
+        ..Bookkeeping::default()
+    });
+    write.quota = Some(Quota {
+        keys: 100,
+        bytes: 1 << 20,
+    });
+    let written = fence::term_write(a, &keys, &term, write)
+        .await
+        .expect("the job's writes");
+    let usage = written.usage.expect("a quota write counts the job's keys");
+    assert!(usage.0 >= 3, "{usage:?}");
+    answered("a pause", || b.set_paused(job, Some("paused by the test"))).await;
+    let read = answered("the status", || b.job_status(job)).await;
+    assert_eq!(read.owner.as_deref(), Some("node-a:1"));
+    assert!(
+        read.left.is_some_and(|l| !l.is_zero() && l <= ttl),
+        "{:?} left of {ttl:?}",
+        read.left
+    );
+    assert_eq!(read.token, Some(held.token));
+    assert!(read.paused);
+    assert_eq!(read.last_run.as_deref(), Some("2026-02-01"));
+    assert_eq!(read.usage, usage);
+    assert_eq!(read.open, ["2026-02-02", "2026-02-03"]);
+
+    answered("a resume", || b.set_paused(job, None)).await;
+    answered("the term given back", || a.resign(&held)).await;
+    let read = answered("the status", || b.job_status(job)).await;
+    assert_eq!((read.owner, read.left), (None, None));
+    assert_eq!(read.token, Some(held.token), "the last term's token");
+    assert!(!read.paused);
+}
+
+#[tokio::test]
+async fn redis_reads_a_jobs_status_for_operators() {
+    deadline(Duration::from_secs(60), async {
+        let redis = RedisServer::start().await;
+        let (a, b) = redis_pair(&redis).await;
+        Box::pin(status(&a, &b)).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn etcd_reads_a_jobs_status_for_operators() {
+    deadline(Duration::from_secs(120), async {
+        let cluster = EtcdCluster::start(3).await;
+        let (a, b) = etcd_pair(&cluster).await;
+        Box::pin(status(&a, &b)).await;
+    })
+    .await;
+}
+
+/// An operator's purge and recount: keys a quota write stored under a prefix are deleted and
+/// come off the storage count, others stay; a count that went wrong (`miscount` sets it, raw)
+/// is set right by a recount; purging every key leaves nothing counted.
+async fn purges_and_recounts<F: std::future::Future<Output = ()>>(
+    store: &Store,
+    miscount: impl FnOnce() -> F,
+) {
+    let job = "purged";
+    let ttl = Duration::from_secs(30);
+    let held = won(store, job, "node-a:1", ttl).await;
+    let term = Term::granted(&held, std::time::Instant::now() + ttl, None);
+    let keys = JobKeys::new(job);
+    let sets = [
+        (keys.data("day/1"), b"one".as_slice()),
+        (keys.data("day/2"), b"two two".as_slice()),
+        (keys.data("keep"), b"kept".as_slice()),
+    ];
+    let mut write = TermWrite::new(&sets, &[]);
+    write.quota = Some(Quota {
+        keys: 100,
+        bytes: 1 << 20,
+    });
+    let written = fence::term_write(store, &keys, &term, write)
+        .await
+        .expect("the job's data");
+    let (k0, b0) = written.usage.expect("a quota write counts");
+    assert_eq!(k0, 3);
+    let (k, b) = answered("a purge", || store.purge(job, "day/")).await;
+    assert_eq!(k, 2);
+    let left = answered("the status", || store.job_status(job)).await.usage;
+    assert_eq!(left, (1, b0 - b), "the purged keys come off the count");
+    assert_eq!(
+        answered("a read", || store.read_key(job, "data:keep")).await,
+        Some(b"kept".to_vec())
+    );
+    assert_eq!(
+        answered("a read", || store.read_key(job, "data:day/1")).await,
+        None
+    );
+    miscount().await;
+    assert_ne!(
+        answered("the status", || store.job_status(job)).await.usage,
+        left
+    );
+    assert_eq!(answered("a recount", || store.recount(job)).await, left);
+    assert_eq!(
+        answered("the status", || store.job_status(job)).await.usage,
+        left
+    );
+    assert_eq!(
+        answered("a purge of all", || store.purge(job, "")).await,
+        left
+    );
+    assert_eq!(answered("a recount", || store.recount(job)).await, (0, 0));
+}
+
+#[tokio::test]
+async fn both_stores_purge_a_jobs_keys_and_recount_its_storage() {
+    deadline(Duration::from_secs(150), async {
+        let redis = RedisServer::start().await;
+        let (a, _) = redis_pair(&redis).await;
+        let mut conn = redis.conn().await;
+        purges_and_recounts(&a, || async move {
+            let _: () = ::redis::cmd("HSET")
+                .arg(JobKeys::new("purged").usage())
+                .arg("keys")
+                .arg(99)
+                .query_async(&mut conn)
+                .await
+                .expect("a wrong count");
+        })
+        .await;
+        let cluster = EtcdCluster::start(3).await;
+        let (e, _) = etcd_pair(&cluster).await;
+        let mut raw = etcd_client::Client::connect(cluster.endpoints(), None)
+            .await
+            .expect("a raw etcd client");
+        purges_and_recounts(&e, || async move {
+            raw.put("lh/purged/usage", "99 99", None)
+                .await
+                .expect("a wrong count");
+        })
+        .await;
+    })
+    .await;
+}
+
+/// One term of `job` on `store` and an entry that does not parse beside it (`garble` writes
+/// it, raw): the history returns the term and counts the other.
+async fn counts_unparsed<F: std::future::Future<Output = ()>>(
+    store: &Store,
+    job: &str,
+    garble: impl FnOnce() -> F,
+) {
+    let held = won(store, job, "node-a:1", Duration::from_secs(30)).await;
+    garble().await;
+    let read = answered("the terms", || store.history(job, 10)).await;
+    assert_eq!(read.unparsed, 1, "{read:?}");
+    assert_eq!(read.terms.len(), 1, "{read:?}");
+    assert_eq!(read.terms[0].token, held.token);
+}
+
+#[tokio::test]
+async fn both_stores_count_the_term_history_entries_that_do_not_parse() {
+    deadline(Duration::from_secs(150), async {
+        let redis = RedisServer::start().await;
+        let (a, _) = redis_pair(&redis).await;
+        let mut conn = redis.conn().await;
+        counts_unparsed(&a, "garbled", || async move {
+            let _: () = ::redis::cmd("RPUSH")
+                .arg(JobKeys::new("garbled").terms())
+                .arg("{not an entry")
+                .query_async(&mut conn)
+                .await
+                .expect("a raw entry");
+        })
+        .await;
+        let cluster = EtcdCluster::start(3).await;
+        let (e, _) = etcd_pair(&cluster).await;
+        let mut raw = etcd_client::Client::connect(cluster.endpoints(), None)
+            .await
+            .expect("a raw etcd client");
+        counts_unparsed(&e, "garbled", || async move {
+            raw.put("lh/garbled/history/node-z:9", "{not an entry", None)
+                .await
+                .expect("a raw entry");
+        })
+        .await;
+    })
+    .await;
+}
+
 /// `leasehold` with `args`, then `--store url`: what it printed to stdout, stderr, and whether it
 /// succeeded.
 fn cli(args: &[&str], url: &str) -> (String, String, bool) {
@@ -316,11 +553,25 @@ fn cli(args: &[&str], url: &str) -> (String, String, bool) {
     )
 }
 
+#[tokio::test]
+async fn a_redis_cluster_takes_operators_writes_and_reads_the_run_history() {
+    // Each job's keys live in its slot; the members' lists and the notices cross primaries.
+    deadline(Duration::from_secs(120), async {
+        let cluster = leasehold_harness::RedisCluster::start(3, 0).await;
+        let url = cluster.url();
+        let (a, b) = (store_client(&url).await, store_client(&url).await);
+        Box::pin(requests_and_pauses(&a, &b)).await;
+        Box::pin(served(&a, &b)).await;
+        Box::pin(run_history(&a, &b)).await;
+        Box::pin(status(&a, &b)).await;
+    })
+    .await;
+}
+
 /// The CLI on etcd: `trigger` checks the job against the jobs the live members published and
 /// writes its request, `pause` and `resume` set and clear the flag, `cancel` finds no run to
 /// cancel, each read back through the store; `runs` lists the records a term wrote and
-/// `--terms` the term; a command that reads Redis only yet (`purge`) refuses the etcd URL,
-/// naming what works.
+/// `--terms` the term; `purge` deletes and counts again.
 #[tokio::test]
 async fn the_cli_triggers_pauses_cancels_and_lists_runs_on_etcd() {
     deadline(Duration::from_secs(150), async {
@@ -409,13 +660,16 @@ async fn the_cli_triggers_pauses_cancels_and_lists_runs_on_etcd() {
         assert!(ok, "{err}");
         let term = answered("the terms", || store.history("ledger", 1)).await;
         assert!(
-            out.contains(&term[0].token.to_string()) && out.contains("leading"),
+            out.contains(&term.terms[0].token.to_string()) && out.contains("leading"),
             "{out}"
         );
 
-        let (_, err, ok) = cli(&["purge", "ledger", "--recount"], &url);
-        assert!(!ok);
-        assert!(err.contains("reads Redis only yet"), "{err}");
+        let (out, err, ok) = cli(&["purge", "ledger", "--prefix", ""], &url);
+        assert!(ok, "{err}");
+        assert!(
+            out.contains("deleted 0 keys of ledger") && out.contains("ledger keeps 0 keys"),
+            "{out}"
+        );
     })
     .await;
 }

@@ -383,7 +383,7 @@ pub(crate) struct RunsArgs {
 #[derive(Args, Debug, Clone)]
 #[command(group(clap::ArgGroup::new("what").required(true).args(["prefix", "recount"])))]
 pub(crate) struct PurgeArgs {
-    /// The job and Redis.
+    /// The job and its store (Redis or etcd).
     #[command(flatten)]
     pub job: JobArgs,
     /// Delete the job's keys whose names (as the job writes them) start with this (`""`: every

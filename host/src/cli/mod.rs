@@ -253,17 +253,6 @@ async fn check(file: PathBuf, limits: LimitArgs, cache: Option<PathBuf>) -> anyh
     Ok(())
 }
 
-/// Redis at `url`, for the commands that read Redis only yet (`purge`): an etcd URL is
-/// refused, naming what does work on etcd.
-async fn connect_cli(url: &str) -> anyhow::Result<store::Conn> {
-    anyhow::ensure!(
-        !leasehold::coord::term_store::names_etcd(url),
-        "this command reads Redis only yet ({}): on etcd, trigger, cancel, pause, resume and runs work",
-        store::redact(url)
-    );
-    store::Conn::connect(url, Duration::from_secs(2), Some(Duration::from_secs(5))).await
-}
-
 /// The store `url` names (Redis or etcd), each call answered within five seconds.
 async fn open_store(url: &str) -> anyhow::Result<Store> {
     Store::open(url, Duration::from_secs(5)).await
@@ -362,18 +351,16 @@ async fn set_paused(args: JobArgs, paused: bool) -> anyhow::Result<()> {
 async fn purge(args: PurgeArgs) -> anyhow::Result<()> {
     let job = &args.job.job;
     validate_job_name(job)?;
-    let mut conn = connect_cli(&args.job.redis_url).await?;
-    let keys = JobKeys::new(job);
-    let before = leasehold::coord::quota::usage(&mut conn, &keys).await?;
+    let store = open_store(&args.job.redis_url).await?;
+    let before = store.job_status(job).await?.usage;
     if let Some(prefix) = &args.prefix {
-        let purged = leasehold::coord::quota::purge(&mut conn, &keys, prefix).await?;
+        let (keys, bytes) = store.purge(job, prefix).await?;
         println!(
-            "deleted {} keys of {job} starting with {prefix:?} ({})",
-            purged.keys,
-            leasehold::units::show_size(purged.bytes)
+            "deleted {keys} keys of {job} starting with {prefix:?} ({})",
+            leasehold::units::show_size(bytes)
         );
     }
-    let (k, b) = leasehold::coord::quota::recount(&mut conn, &keys).await?;
+    let (k, b) = store.recount(job).await?;
     println!(
         "{job} keeps {k} keys and {} (its storage count was {} keys and {})",
         leasehold::units::show_size(b),

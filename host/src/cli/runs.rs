@@ -4,7 +4,7 @@
 //! `tasks` list added to a run that has tasks. `--terms`: the job's term history instead
 //! ([`leasehold::coord::terms`]), newest first.
 
-use leasehold::coord::term_store::{Store, TermStore as _};
+use leasehold::coord::term_store::{Store, TermHistory, TermStore as _};
 use leasehold::exec::runs::{self, RunRecord};
 use leasehold::exec::spec::validate_job_name;
 use leasehold::exec::tasks::{self, TaskView};
@@ -75,14 +75,7 @@ pub(super) async fn list(args: RunsArgs) -> anyhow::Result<()> {
 
 /// `--terms`: the job's terms, newest first.
 async fn list_terms(store: &Store, keys: &JobKeys, args: &RunsArgs) -> anyhow::Result<()> {
-    // On Redis, entries that do not read are counted; on etcd they are left out uncounted
-    // (the seam's history reads only what parses).
-    let (terms, unparsed) = match store {
-        Store::Redis(redis) => {
-            leasehold::coord::terms::history(&mut redis.conn().clone(), keys, args.limit).await?
-        }
-        Store::Etcd(_) => (store.history(keys.job(), args.limit).await?, 0),
-    };
+    let TermHistory { terms, unparsed } = store.history(keys.job(), args.limit).await?;
     if args.json {
         for t in &terms {
             println!("{}", serde_json::to_value(t)?);

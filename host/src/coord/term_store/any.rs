@@ -9,13 +9,13 @@ use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Beat, Beaten, Campaign, Candidacy, Collection, JobReads, RedisTerms, StoreTerm, TermStore,
-    Written, Wrote,
+    Beat, Beaten, Campaign, Candidacy, Collection, JobReads, JobStatus, RedisTerms, StoreTerm,
+    TermHistory, TermStore, Written, Wrote,
 };
 use crate::coord::fence::TermWrite;
 use crate::coord::members::{MemberInfo, Members};
 use crate::coord::notices::{NoticeFor, ReleaseNotices};
-use crate::coord::terms::{TermEnd, TermRecord};
+use crate::coord::terms::TermEnd;
 use crate::store::etcd::EtcdTerms;
 
 /// A store: Redis (a node, a Sentinel service, a Cluster) or an etcd cluster. Cheap to clone
@@ -168,6 +168,18 @@ impl TermStore for Store {
         each!(self, s => TermStore::job_state(s, job).await)
     }
 
+    async fn job_status(&self, job: &str) -> anyhow::Result<JobStatus> {
+        each!(self, s => TermStore::job_status(s, job).await)
+    }
+
+    async fn purge(&self, job: &str, prefix: &str) -> anyhow::Result<(u64, u64)> {
+        each!(self, s => TermStore::purge(s, job, prefix).await)
+    }
+
+    async fn recount(&self, job: &str) -> anyhow::Result<(u64, u64)> {
+        each!(self, s => TermStore::recount(s, job).await)
+    }
+
     async fn request(
         &self,
         job: &str,
@@ -198,7 +210,7 @@ impl TermStore for Store {
         each!(self, s => TermStore::end(s, term, how).await)
     }
 
-    async fn history(&self, job: &str, limit: usize) -> anyhow::Result<Vec<TermRecord>> {
+    async fn history(&self, job: &str, limit: usize) -> anyhow::Result<TermHistory> {
         each!(self, s => TermStore::history(s, job, limit).await)
     }
 

@@ -2,8 +2,8 @@
 //! writes converted at the boundary.
 
 use super::{
-    Beat, Beaten, Campaign, Candidacy, Collection, JobReads, Lease, StoreTerm, TermStore, Written,
-    Wrote,
+    Beat, Beaten, Campaign, Candidacy, Collection, JobReads, JobStatus, Lease, StoreTerm,
+    TermHistory, TermStore, Written, Wrote,
 };
 use crate::coord::elector::owner_node;
 use crate::coord::fence::{TermWrite, Written as TermWritten};
@@ -298,6 +298,32 @@ impl TermStore for EtcdTerms {
         Ok(reads(EtcdTerms::job_state(self, job).await?))
     }
 
+    async fn purge(&self, job: &str, prefix: &str) -> anyhow::Result<(u64, u64)> {
+        Ok(EtcdTerms::purge(self, job, prefix).await?)
+    }
+
+    async fn recount(&self, job: &str) -> anyhow::Result<(u64, u64)> {
+        Ok(EtcdTerms::recount(self, job).await?)
+    }
+
+    async fn job_status(&self, job: &str) -> anyhow::Result<JobStatus> {
+        let keys = JobKeys::new(job);
+        let last = keys.last_run();
+        let last = keys
+            .rest(&last)
+            .ok_or_else(|| anyhow::anyhow!("{last} is not a key of job {job}"))?;
+        let s = EtcdTerms::job_status(self, job, last).await?;
+        Ok(JobStatus {
+            owner: s.owner,
+            left: s.left,
+            token: s.token.map(u64::try_from).transpose()?,
+            paused: s.paused,
+            last_run: s.last_run.map(|p| String::from_utf8_lossy(&p).into_owned()),
+            usage: s.usage.unwrap_or((0, 0)),
+            open: s.open,
+        })
+    }
+
     async fn request(
         &self,
         job: &str,
@@ -332,12 +358,14 @@ impl TermStore for EtcdTerms {
         Ok(EtcdTerms::end_term(self, &to_etcd(term)?, how.as_str()).await?)
     }
 
-    async fn history(&self, job: &str, limit: usize) -> anyhow::Result<Vec<TermRecord>> {
-        Ok(EtcdTerms::history(self, job, limit)
-            .await?
-            .into_iter()
-            .filter_map(record)
-            .collect())
+    async fn history(&self, job: &str, limit: usize) -> anyhow::Result<TermHistory> {
+        let (entries, unparsed) = EtcdTerms::history(self, job, limit).await?;
+        let read = entries.len();
+        let terms: Vec<TermRecord> = entries.into_iter().filter_map(record).collect();
+        Ok(TermHistory {
+            unparsed: unparsed + read - terms.len(),
+            terms,
+        })
     }
 
     async fn listen(&self, notices: ReleaseNotices, stop: CancellationToken) {

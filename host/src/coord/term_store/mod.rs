@@ -62,17 +62,19 @@ use std::time::Duration;
 use crate::coord::fence::{TermWrite, Written as TermWritten};
 use crate::coord::members::{MemberInfo, Members};
 use crate::coord::notices::{NoticeFor, ReleaseNotices};
-use crate::coord::terms::{TermEnd, TermRecord};
+use crate::coord::terms::TermEnd;
 use tokio_util::sync::CancellationToken;
 
 mod any;
 mod beat;
 mod etcd;
+mod reads;
 mod redis;
 mod redis_beat;
 
 pub use any::{Store, names_etcd};
 pub use beat::{Beat, Beaten, Lease, LookAt};
+pub use reads::{JobStatus, TermHistory};
 pub use redis::RedisTerms;
 
 /// A term a store granted.
@@ -281,12 +283,30 @@ pub trait TermStore {
     /// job's slot; on etcd one read-only transaction): every field read at one moment.
     fn job_state(&self, job: &str) -> impl Future<Output = anyhow::Result<JobReads>> + Send;
 
+    /// What operators read of `job`'s status ([`JobStatus`]): on Redis one pipeline of the
+    /// job's slot; on etcd one read-only transaction, and the lease's time left while held.
+    fn job_status(&self, job: &str) -> impl Future<Output = anyhow::Result<JobStatus>> + Send;
+
+    /// Deletes every data key of `job` whose key (as the guest names it) starts with `prefix`,
+    /// lowering the job's storage count by each: what was deleted, `(keys, bytes)`. An
+    /// operator's write, unfenced (a run writing meanwhile may write some again). Redis: short
+    /// atomic scripts over a scan of the job's slot; etcd: a transaction a page.
+    fn purge(
+        &self,
+        job: &str,
+        prefix: &str,
+    ) -> impl Future<Output = anyhow::Result<(u64, u64)>> + Send;
+
+    /// Counts every data key of `job` and sets its storage count to that, `(keys, bytes)`.
+    fn recount(&self, job: &str) -> impl Future<Output = anyhow::Result<(u64, u64)>> + Send;
+
     /// Writes an operator's request for a run of `period` (`value`, as `exec::runs::Request`
     /// encodes it) and wakes the job's runner (the notice `request`): replacing any request
     /// there (`replace`), or only where there is none. True when written. Unfenced: an input to
     /// the leader, not a term's result. On Redis one pipeline (`HSET` or `HSETNX`, `PUBLISH`),
     /// on etcd one transaction (comparing the request key's create revision with 0 unless
-    /// replacing).
+    /// replacing). A request not written may still send the notice (Redis publishes it
+    /// anyway; etcd does not): a notice only wakes the runner, which reads what is there.
     fn request(
         &self,
         job: &str,
@@ -331,12 +351,12 @@ pub trait TermStore {
     /// The job's terms, newest first, at most `limit` (and [`crate::coord::terms::KEPT`]): each
     /// term a campaign won has one, added by that campaign alone; one a later term followed
     /// without its end said reads [`TermEnd::Crashed`]. Times are the store's clock on Redis,
-    /// the campaigning host's on etcd.
+    /// the campaigning host's on etcd. An entry that does not parse is counted, not returned.
     fn history(
         &self,
         job: &str,
         limit: usize,
-    ) -> impl Future<Output = anyhow::Result<Vec<TermRecord>>> + Send;
+    ) -> impl Future<Output = anyhow::Result<TermHistory>> + Send;
 
     /// Waits until `job` is free or `limit` has passed: true when no term held it at some
     /// moment since the call (it may be held again by the time this returns: a campaign

@@ -7,19 +7,33 @@ use redis::AsyncCommands;
 
 use super::redis_beat::{self, state_cmds, state_reads};
 use super::{
-    Beat, Beaten, Campaign, Candidacy, Collection, JobReads, StoreTerm, TermStore, Written, Wrote,
+    Beat, Beaten, Campaign, Candidacy, Collection, JobReads, JobStatus, StoreTerm, TermHistory,
+    TermStore, Written, Wrote,
 };
 use crate::coord::checks::FenceError;
 use crate::coord::fence::{TermWrite, unchecked};
 use crate::coord::lease::{self, Acquired};
 use crate::coord::members::{self, MemberInfo, Members};
 use crate::coord::notices::{NoticeFor, ReleaseNotices};
-use crate::coord::terms::{self, TermEnd, TermRecord};
+use crate::coord::terms::{self, TermEnd};
 use crate::store::keys::JobKeys;
 use crate::store::{Conn, PubSubSource};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
+
+/// What a job's status reads in one pipeline: the lease's owner and its `PTTL`, the fence's
+/// token, the pause flag, the last run's period, the storage count (keys, bytes) and the open
+/// runs' periods.
+type StatusReads = (
+    Option<String>,
+    i64,
+    Option<u64>,
+    bool,
+    Option<String>,
+    (Option<u64>, Option<u64>),
+    Vec<String>,
+);
 
 /// Terms on Redis, through the host's own scripts and connection.
 #[derive(Clone)]
@@ -267,6 +281,45 @@ impl TermStore for RedisTerms {
         Ok(state_reads(replies.into_iter().map(Ok).collect())?)
     }
 
+    async fn purge(&self, job: &str, prefix: &str) -> anyhow::Result<(u64, u64)> {
+        let purged =
+            crate::coord::quota::purge(&mut self.conn.clone(), &JobKeys::new(job), prefix).await?;
+        Ok((purged.keys, purged.bytes))
+    }
+
+    async fn recount(&self, job: &str) -> anyhow::Result<(u64, u64)> {
+        Ok(crate::coord::quota::recount(&mut self.conn.clone(), &JobKeys::new(job)).await?)
+    }
+
+    async fn job_status(&self, job: &str) -> anyhow::Result<JobStatus> {
+        let keys = JobKeys::new(job);
+        let (owner, pttl, token, paused, last_run, (stored_keys, stored_bytes), mut open): StatusReads =
+            redis::pipe()
+            .get(keys.lease())
+            .pttl(keys.lease())
+            .hget(keys.fence(), "token")
+            .exists(keys.paused())
+            .get(keys.last_run())
+            .cmd("HMGET")
+            .arg(keys.usage())
+            .arg("keys")
+            .arg("bytes")
+            .smembers(keys.open_runs())
+            .query_async(&mut self.conn.clone())
+            .await?;
+        open.sort();
+        Ok(JobStatus {
+            owner,
+            // PTTL: -2 without the key, -1 without an expiry.
+            left: u64::try_from(pttl).ok().map(Duration::from_millis),
+            token,
+            paused,
+            last_run,
+            usage: (stored_keys.unwrap_or(0), stored_bytes.unwrap_or(0)),
+            open,
+        })
+    }
+
     async fn request(
         &self,
         job: &str,
@@ -367,11 +420,10 @@ impl TermStore for RedisTerms {
         Ok(lease::release(&mut self.conn.clone(), &keys, &term.owner, how).await?)
     }
 
-    async fn history(&self, job: &str, limit: usize) -> anyhow::Result<Vec<TermRecord>> {
+    async fn history(&self, job: &str, limit: usize) -> anyhow::Result<TermHistory> {
         let keys = JobKeys::new(job);
-        Ok(terms::history(&mut self.conn.clone(), &keys, limit)
-            .await?
-            .0)
+        let (terms, unparsed) = terms::history(&mut self.conn.clone(), &keys, limit).await?;
+        Ok(TermHistory { terms, unparsed })
     }
 
     async fn listen(&self, notices: ReleaseNotices, stop: CancellationToken) {

@@ -24,7 +24,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::watch;
 
-use crate::coord::term_store::{Store, TermStore as _};
+use crate::coord::term_store::{Store, TermHistory, TermStore as _};
 use crate::exec::runs;
 use crate::exec::spec::{CatchUp, Overlap, validate_job_name};
 use crate::node::catalog::{Catalog, JobView};
@@ -296,7 +296,6 @@ async fn run_history(
 ) -> Result<Vec<serde_json::Value>, ApiError> {
     let keys = JobKeys::new(name);
     read_reconnecting(|| {
-        let mut conn = api.conn.clone();
         let keys = &keys;
         async move {
             let mut out = Vec::new();
@@ -305,7 +304,7 @@ async fn run_history(
                 let tasks = if r.status.is_final() {
                     Vec::new()
                 } else {
-                    crate::exec::tasks::tasks_of(&mut conn, keys, &r.period).await?
+                    open_tasks(api, keys, &r.period).await?
                 };
                 let mut v = serde_json::to_value(&r).expect("a run record serializes");
                 if !tasks.is_empty() {
@@ -317,6 +316,20 @@ async fn run_history(
         }
     })
     .await
+}
+
+/// The fan-out tasks of `period`'s open run: none on etcd, where tasks are not yet (issue 30).
+async fn open_tasks(
+    api: &Api,
+    keys: &JobKeys,
+    period: &str,
+) -> anyhow::Result<Vec<crate::exec::tasks::TaskView>> {
+    match &api.store {
+        Store::Redis(_) => {
+            Ok(crate::exec::tasks::tasks_of(&mut api.conn.clone(), keys, period).await?)
+        }
+        Store::Etcd(_) => Ok(Vec::new()),
+    }
 }
 
 /// `POST /v1/jobs/{job}/runs/{period}/cancel`: 202 when the leader is asked to cancel the open
@@ -377,19 +390,6 @@ async fn pause_job(api: &Api, name: &str, paused: bool) -> Result<(), ApiError> 
     })
     .await
 }
-
-/// What a job's status reads from Redis in one pipeline: lease owner, its PTTL, the fence's
-/// token, the pause flag, the last run's period, the storage count (keys, bytes), and the open
-/// runs' periods.
-type StatusReads = (
-    Option<String>,
-    i64,
-    Option<u64>,
-    bool,
-    Option<String>,
-    (Option<u64>, Option<u64>),
-    Vec<String>,
-);
 
 /// Open runs a job's status shows (the oldest periods first), with their tasks.
 const OPEN_RUNS_SHOWN: usize = 5;
@@ -460,40 +460,26 @@ async fn read_job_status(
     view: Option<&JobView>,
 ) -> anyhow::Result<serde_json::Value> {
     let keys = JobKeys::new(name);
-    let mut conn = api.conn.clone();
-    let (owner, pttl, token, paused, last, (stored_keys, stored_bytes), mut open): StatusReads =
-        redis::pipe()
-            .get(keys.lease())
-            .pttl(keys.lease())
-            .hget(keys.fence(), "token")
-            .exists(keys.paused())
-            .get(keys.last_run())
-            .cmd("HMGET")
-            .arg(keys.usage())
-            .arg("keys")
-            .arg("bytes")
-            .smembers(keys.open_runs())
-            .query_async(&mut conn)
-            .await?;
-    // The open runs (pending, running, waiting) and, while they have them, their tasks.
-    open.sort();
+    let status = api.store.job_status(name).await?;
+    // The open runs (pending, running, waiting) and, while they have them, their tasks (fan-out
+    // tasks are on Redis only yet).
     let mut open_runs = Vec::new();
-    for period in open.iter().take(OPEN_RUNS_SHOWN) {
-        let Some(r) = runs::read(&mut conn, &keys, period).await? else {
+    for period in status.open.iter().take(OPEN_RUNS_SHOWN) {
+        let Some(r) = runs::read_from(&api.store, &keys, period).await? else {
             continue;
         };
         if r.status.is_final() {
             continue;
         }
-        let tasks = crate::exec::tasks::tasks_of(&mut conn, &keys, period).await?;
+        let tasks = open_tasks(api, &keys, period).await?;
         open_runs.push(json!({
             "period": r.period, "status": r.status.as_str(), "step": r.step,
             "attempt": r.attempt, "node": r.node,
             "tasks": (!tasks.is_empty()).then(|| crate::exec::tasks::task_counts(&tasks)),
         }));
     }
-    let last_run = match last {
-        Some(period) => runs::read(&mut conn, &keys, &period).await?.map(|r| {
+    let last_run = match &status.last_run {
+        Some(period) => runs::read_from(&api.store, &keys, period).await?.map(|r| {
             json!({
                 "period": r.period, "status": r.status.as_str(), "attempt": r.attempt,
                 "node": r.node, "finished_at": r.finished_at, "error": r.error,
@@ -504,7 +490,8 @@ async fn read_job_status(
     };
     let next = view.and_then(|v| v.job.spec.schedule.next(chrono::Utc::now()));
     // The node id is the owner up to its last ':' (owners are `node-id:uuid`).
-    let leader = owner
+    let leader = status
+        .owner
         .as_deref()
         .map(|o| o.rsplit_once(':').map_or(o, |(n, _)| n).to_string());
     let state = view.map_or(ELSEWHERE, |v| v.role.borrow().name());
@@ -514,16 +501,16 @@ async fn read_job_status(
         "state": state,
         "leader": leader.clone().unwrap_or_else(|| "no leader".into()),
         "has_leader": leader.is_some(),
-        "token": token,
-        "lease_ms_left": (pttl >= 0).then_some(pttl),
-        "paused": paused,
+        "token": status.token,
+        "lease_ms_left": status.left.map(|l| l.as_millis() as u64),
+        "paused": status.paused,
         "last_run": last_run,
         "open_runs": open_runs,
         "next_run": next.map(|p| json!({ "period": p.id, "at": p.fire.to_rfc3339() })),
         "component": view.map(|v| v.job.hash.clone()),
         "storage": {
-            "keys": stored_keys.unwrap_or(0),
-            "bytes": stored_bytes.unwrap_or(0),
+            "keys": status.usage.0,
+            "bytes": status.usage.1,
             "max_keys": limits.map(|l| l.stored_keys),
             "max_bytes": limits.map(|l| l.stored_bytes),
         },
@@ -633,13 +620,8 @@ async fn terms(
 ) -> Result<Response, ApiError> {
     api.job(&name)?;
     let limit = asked_limit(query)?.unwrap_or(crate::coord::terms::KEPT);
-    let keys = JobKeys::new(&name);
-    let (terms, unparsed) = read_reconnecting(|| {
-        let mut conn = api.conn.clone();
-        let keys = &keys;
-        async move { Ok(crate::coord::terms::history(&mut conn, keys, limit).await?) }
-    })
-    .await?;
+    let TermHistory { terms, unparsed } =
+        read_reconnecting(|| api.store.history(&name, limit)).await?;
     Ok(Json(json!({ "job": name, "terms": terms, "unparsed": unparsed })).into_response())
 }
 

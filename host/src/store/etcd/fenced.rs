@@ -381,7 +381,7 @@ fn holder_of_get(r: Option<&TxnOpResponse>) -> Option<(String, i64)> {
 }
 
 /// `keys bytes`.
-fn parse_usage(v: &[u8]) -> Option<(u64, u64)> {
+pub(super) fn parse_usage(v: &[u8]) -> Option<(u64, u64)> {
     let text = std::str::from_utf8(v).ok()?;
     let (k, b) = text.split_once(' ')?;
     Some((k.parse().ok()?, b.parse().ok()?))

@@ -73,7 +73,8 @@ fn history_key(job: &str, owner: &str) -> EtcdResult<String> {
     member_key(job, HISTORY, owner)
 }
 
-fn now_ms() -> u64 {
+/// Milliseconds since the Unix epoch by this host's clock (0 before it).
+pub(super) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
@@ -105,8 +106,9 @@ fn with_crashes(mut entries: Vec<HistoryEntry>) -> Vec<HistoryEntry> {
 }
 
 impl EtcdTerms {
-    /// `job`'s terms, newest first, at most `limit` (and [`HISTORY_KEPT`]).
-    pub async fn history(&self, job: &str, limit: usize) -> EtcdResult<Vec<HistoryEntry>> {
+    /// `job`'s terms, newest first, at most `limit` (and [`HISTORY_KEPT`]), and how many of the
+    /// entries read did not parse (left out).
+    pub async fn history(&self, job: &str, limit: usize) -> EtcdResult<(Vec<HistoryEntry>, usize)> {
         let prefix = member_key(job, HISTORY, "")?;
         let options = GetOptions::new()
             .with_prefix()
@@ -114,7 +116,7 @@ impl EtcdTerms {
             .with_limit(limit.clamp(1, HISTORY_KEPT) as i64);
         let mut c = self.client.clone();
         let got = bounded(self.timeout, c.get(prefix, Some(options))).await?;
-        let entries = got
+        let entries: Vec<HistoryEntry> = got
             .kvs()
             .iter()
             .filter_map(|kv| {
@@ -128,7 +130,8 @@ impl EtcdTerms {
                 })
             })
             .collect();
-        Ok(with_crashes(entries))
+        let unparsed = got.kvs().len() - entries.len();
+        Ok((with_crashes(entries), unparsed))
     }
 
     /// Ends `term`, saying `how` (`released`, `expired`, `fenced`): its key deleted and its

@@ -60,8 +60,10 @@ mod fenced;
 mod history;
 mod notices;
 mod operator;
+mod purge;
 mod reads;
 mod served;
+mod status;
 mod terms;
 mod tokens;
 mod url;
@@ -71,6 +73,7 @@ pub use beat::{Beaten, Registration};
 pub use fenced::{EtcdWrite, WriteOutcome};
 pub use history::{HISTORY_KEPT, HistoryEntry};
 pub use reads::JobStateRead;
+pub use status::StatusRead;
 pub use url::{EtcdUrl, parse as parse_url};
 
 /// etcd's own limit on a transaction's operations when it is not configured (`--max-txn-ops`).

@@ -25,8 +25,7 @@ use serde::Deserialize;
 use super::{Api, ApiError};
 use crate::coord::elector::{Role, owner_node};
 use crate::coord::term_store::TermStore;
-use crate::coord::terms::{self, KEPT};
-use crate::store::keys::JobKeys;
+use crate::coord::terms::KEPT;
 
 mod html;
 mod job_page;
@@ -190,11 +189,9 @@ async fn leadership(State(api): State<Api>, headers: HeaderMap, f: Query<Filter>
     let total = jobs.len();
     let mut rows = Vec::new();
     for (name, _) in page_of(jobs, &f) {
-        let keys = JobKeys::new(&name);
-        let read = super::read_reconnecting(|| {
-            let mut conn = api.conn.clone();
-            let keys = &keys;
-            async move { Ok(terms::history(&mut conn, keys, TERMS_SHOWN).await?) }
+        let read = super::read_reconnecting(|| async {
+            let read = api.store.history(&name, TERMS_SHOWN).await?;
+            Ok((read.terms, read.unparsed))
         })
         .await;
         match read {
@@ -251,13 +248,9 @@ async fn job(
         };
         let status = super::job_status(&api, &name, view.as_ref()).await?;
         let runs = super::run_history(&api, &name, RUNS_SHOWN).await?;
-        let keys = JobKeys::new(&name);
-        let (terms, _) = super::read_reconnecting(|| {
-            let mut conn = api.conn.clone();
-            let keys = &keys;
-            async move { Ok(terms::history(&mut conn, keys, KEPT).await?) }
-        })
-        .await?;
+        let terms =
+            super::read_reconnecting(|| async { Ok(api.store.history(&name, KEPT).await?.terms) })
+                .await?;
         Ok::<_, ApiError>((spec, status, runs, terms, served_by))
     };
     let (spec, status, runs, terms, served_by) = match shown.await {
