@@ -44,6 +44,8 @@ pub enum Setting {
     HttpToken,
     /// `--replica-timeout`.
     ReplicaTimeout,
+    /// `--min-replicas`.
+    MinReplicas,
     /// `--capacity`.
     Capacity,
     /// `--redis-url`.
@@ -82,6 +84,7 @@ impl Setting {
             Setting::CacheDir => "cache-dir",
             Setting::HttpToken => "http-token",
             Setting::ReplicaTimeout => "replica-timeout",
+            Setting::MinReplicas => "min-replicas",
             Setting::Capacity => "capacity",
             Setting::RedisUrl => "redis-url",
             Setting::TaskSlots => "task-slots",

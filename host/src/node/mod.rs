@@ -16,7 +16,7 @@
 //! the rest.
 //!
 //! **The store's settings** are read at start-up and again every
-//! [`DEPLOYMENT_RECHECK_HEARTBEATS`] heartbeats ([`crate::store::deployment`]): a Redis that may now
+//! [`stores::DEPLOYMENT_RECHECK_HEARTBEATS`] heartbeats ([`crate::store::deployment`]): a Redis that may now
 //! evict keys (a `CONFIG SET maxmemory-policy` after start-up) shuts the host down the clean way
 //! (steps stopped, leases released), logs why as an error and exits non-zero, as the start-up
 //! refusal does, unless `--allow-evicting-redis`.
@@ -31,6 +31,7 @@ mod catalog;
 pub mod config;
 mod http;
 mod jobs_dir;
+mod stores;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -41,25 +42,21 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument as _, error, info, warn};
+use tracing::{Instrument as _, info, warn};
 
 use crate::coord::elector::{Elector, Role};
 use crate::coord::lease_thread::LeaseRuntime;
 use crate::coord::notices::{Notice, ReleaseNotices};
-use crate::coord::term_store::{RedisTerms, Store, TermStore as _};
+use crate::coord::term_store::{Store, TermStore as _};
 use crate::exec::runner::{Runner, RunnerHost};
 use crate::exec::runtime::{LoadedJob, Runtime};
 use crate::store::keys::JobKeys;
-use crate::store::{self, Conn};
 use catalog::{Catalog, JobView};
 use config::NodeConfig;
 use jobs_dir::{JobsDir, RESCAN, RESCAN_WATCHED, SETTLE, Scan};
 
 /// Longest a stopping runner (or, at shutdown, any other task of the node) is waited for.
 pub(crate) const STOP_GRACE: Duration = Duration::from_secs(5);
-/// How often (in heartbeats, at least once a second) the host reads its Redis's settings again
-/// ([`crate::store::deployment`]): an eviction policy set after start-up stops the host.
-const DEPLOYMENT_RECHECK_HEARTBEATS: u32 = 10;
 
 /// The span a job's runner and elector run in: every line they log names the job and node.
 /// At ERROR level so that it is enabled whenever any of their lines is.
@@ -95,8 +92,8 @@ struct Host {
     heartbeat: crate::coord::heartbeat::Heartbeat,
     /// The campaign coalescer every elector campaigns through.
     campaigns: crate::coord::campaigns::Campaigns,
-    /// What every job's task worker shares (fan-out).
-    workers: Arc<crate::exec::workers::Workers>,
+    /// What every job's task worker shares (fan-out); none on etcd (tasks are on Redis only).
+    workers: Option<Arc<crate::exec::workers::Workers>>,
 }
 
 /// One served job: its elector (lease runtime) and its runner (main runtime).
@@ -256,17 +253,19 @@ impl Host {
             notice,
         );
         let stop_runner = self.runners.child_token();
-        let worker = self.tasks.spawn(
-            self.workers
-                .clone()
-                .work(
-                    versions_for_worker,
-                    data_dir_for_worker,
-                    work,
-                    stop_runner.clone(),
-                )
-                .instrument(span.clone()),
-        );
+        let worker = match self.workers.clone() {
+            Some(workers) => self.tasks.spawn(
+                workers
+                    .work(
+                        versions_for_worker,
+                        data_dir_for_worker,
+                        work,
+                        stop_runner.clone(),
+                    )
+                    .instrument(span.clone()),
+            ),
+            None => self.tasks.spawn(stop_runner.clone().cancelled_owned()),
+        };
         let runner = self
             .tasks
             .spawn(runner.run(role_rx, stop_runner.clone()).instrument(span));
@@ -368,63 +367,14 @@ pub async fn run(
     let runtime = runtime
         .with_databases(databases)
         .with_outbound(crate::exec::http::Outbound::new(cfg.http_caps.clone()));
-    // Run records, checkpoints and guest writes: bounded by the term they belong to (and by one
-    // lease TTL per command), not by the Redis timeout: a large write over a slow link may take
-    // longer than a renewal may.
-    let conn = Conn::connect(
-        &cfg.redis_url,
-        cfg.timing.redis_timeout,
-        Some(cfg.timing.lease_ttl),
-    )
-    .await?;
-    // What the host depends on in Redis is checked, not assumed.
-    match crate::store::deployment::check(&mut conn.clone(), cfg.allow_evicting_redis).await? {
-        d if d.maxmemory_policy != "noeviction" => {
-            warn!(node = %node, version = %d.version, policy = %d.maxmemory_policy, "redis maxmemory-policy is {}: Redis may evict leases, fences and run records, and a period could run twice (allowed by --allow-evicting-redis)", d.maxmemory_policy);
-        }
-        d => {
-            info!(node = %node, version = %d.version, policy = %d.maxmemory_policy, "redis checked")
-        }
-    }
-    // ... and checked again while the host runs (a `CONFIG SET` after start-up): a Redis that
-    // may now evict stops the host as the start-up check would have, after a clean shutdown.
-    // (A Sentinel service's primary is looked up again at the same pace.)
-    let store_unsafe = CancellationToken::new();
-    let store_refusal = Arc::new(std::sync::Mutex::new(None));
-    {
-        let allow_evicting = cfg.allow_evicting_redis;
-        let (conn, stop, refusal) = (conn.clone(), store_unsafe.clone(), store_refusal.clone());
-        let every =
-            (cfg.timing.heartbeat * DEPLOYMENT_RECHECK_HEARTBEATS).max(Duration::from_secs(1));
-        let node = node.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(every) => {}
-                    _ = stop.cancelled() => return,
-                }
-                // A Sentinel service's primary is looked up again here too, not only after
-                // errors (a no-op for a node or a cluster).
-                if let Err(e) = conn.follow_primary().await {
-                    warn!(node = %node, "cannot ask the sentinels for the primary: {e}");
-                }
-                if allow_evicting {
-                    continue;
-                }
-                match crate::store::deployment::check(&mut conn.clone(), false).await {
-                    Ok(_) => {}
-                    // INFO unanswered (Redis restarting, a cut): the leases decide meanwhile.
-                    Err(crate::store::deployment::DeploymentError::Unknown(_)) => {}
-                    Err(e) => {
-                        error!(node = %node, "{e}; stopping: releasing every lease and exiting");
-                        *refusal.lock().expect("store refusal") = Some(e);
-                        stop.cancel();
-                        return;
-                    }
-                }
-            }
-        });
-    }
+    let leases = LeaseRuntime::start().context("starting the lease runtime")?;
+    // The store behind the seam (issue 30), Redis or etcd, as the URL names it.
+    let stores::Stores {
+        seam,
+        lease_seam,
+        unsafe_: store_unsafe,
+        refusal: store_refusal,
+    } = stores::open(&cfg, &node, &leases).await?;
     // Bound before anything else starts, so a taken address is a start-up error.
     let http = match cfg.http {
         Some(addr) => Some(
@@ -439,34 +389,9 @@ pub async fn run(
     // serving what it has.
     let first = dir.scan(&runtime, &BTreeMap::new()).await?;
 
-    let leases = LeaseRuntime::start().context("starting the lease runtime")?;
-    let lease_conn = {
-        let url = cfg.redis_url.clone();
-        let timeout = cfg.timing.redis_timeout;
-        leases
-            .handle()
-            .spawn(async move { Conn::connect(&url, timeout, Some(timeout)).await })
-            .await??
-    };
     let notices = ReleaseNotices::default();
     let tasks = TaskTracker::new();
     let stop_listener = CancellationToken::new();
-    let clients = store::pubsub_clients(&cfg.redis_url)?;
-    // The store behind the seam (issue 30): term writes, guest reads, token raises, the
-    // runners' reads and the one listener go through it; tasks and the HTTP API still take
-    // the connection above.
-    let seam = Store::redis(RedisTerms::new(
-        conn.clone(),
-        clients.clone(),
-        cfg.timing.redis_timeout,
-    ));
-    // The same store over the lease connection, for the electors, the campaigns and the
-    // heartbeat (on the lease runtime).
-    let lease_seam = Store::redis(RedisTerms::new(
-        lease_conn,
-        clients,
-        cfg.timing.redis_timeout,
-    ));
     {
         let (seam, notices, stop) = (seam.clone(), notices.clone(), stop_listener.clone());
         tasks.spawn_on(
@@ -550,7 +475,6 @@ pub async fn run(
         }
         let api = crate::node::http::Api {
             node: node.clone(),
-            conn: conn.clone(),
             store: seam.clone(),
             jobs: catalog_rx,
             token: cfg.http_token.clone(),
@@ -567,15 +491,19 @@ pub async fn run(
         });
     }
     let handoffs = Arc::new(crate::coord::balance::Limiter::new(cfg.timing.heartbeat));
-    let workers = Arc::new(crate::exec::workers::Workers {
-        runtime: runtime.clone(),
-        conn: conn.clone(),
-        store: seam.clone(),
-        consumer: format!("{node}:{}", &uuid::Uuid::new_v4().simple().to_string()[..8]),
-        slots: Arc::new(tokio::sync::Semaphore::new(cfg.task_slots as usize)),
-        counters: counters.clone(),
-        timing: cfg.timing,
-    });
+    // Fan-out tasks are on Redis only yet (issue 30): on etcd no job's task worker runs.
+    let workers = match &seam {
+        Store::Redis(r) => Some(Arc::new(crate::exec::workers::Workers {
+            runtime: runtime.clone(),
+            conn: r.conn().clone(),
+            store: seam.clone(),
+            consumer: format!("{node}:{}", &uuid::Uuid::new_v4().simple().to_string()[..8]),
+            slots: Arc::new(tokio::sync::Semaphore::new(cfg.task_slots as usize)),
+            counters: counters.clone(),
+            timing: cfg.timing,
+        })),
+        Store::Etcd(_) => None,
+    };
     let campaigns = crate::coord::campaigns::Campaigns::start(
         leases.handle(),
         lease_seam.clone(),

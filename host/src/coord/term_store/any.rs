@@ -54,6 +54,28 @@ impl Store {
         Store::Redis(Arc::new(terms))
     }
 
+    /// Whether the store answers: Redis's `PING`; on etcd a read of the token base, which only
+    /// a member with a quorum answers (what `/readyz` asks).
+    pub async fn ping(&self) -> anyhow::Result<()> {
+        match self {
+            Store::Redis(r) => {
+                let _: String = redis::cmd("PING")
+                    .query_async(&mut r.conn().clone())
+                    .await?;
+                Ok(())
+            }
+            Store::Etcd(e) => Ok(e.ping().await?),
+        }
+    }
+
+    /// The store's name, as messages say it: `redis` or `etcd`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Store::Redis(_) => "redis",
+            Store::Etcd(_) => "etcd",
+        }
+    }
+
     /// Redis's connection, for what only the Redis store carries yet (fan-out tasks): on etcd,
     /// an error saying so.
     pub fn redis_conn(&self) -> anyhow::Result<crate::store::Conn> {

@@ -138,10 +138,19 @@ impl NodeConfig {
     pub fn from_raw(raw: RawConfig) -> Result<Self, ConfigError> {
         let mut bad = Vec::new();
         if crate::coord::term_store::names_etcd(&raw.redis_url) {
-            bad.push(Violation::new(
-                Setting::RedisUrl,
-                "redis-url: an etcd URL: a host does not run on etcd yet (issue 30); `leasehold trigger`, `cancel`, `pause`, `resume` and `runs` take one".to_string(),
-            ));
+            if let Err(why) = crate::store::etcd::parse_url(&raw.redis_url) {
+                bad.push(Violation::new(
+                    Setting::RedisUrl,
+                    format!("redis-url: {why}"),
+                ));
+            }
+            // WAIT is Redis's: etcd answers a write once a majority of its members has it.
+            if raw.min_replicas > 0 {
+                bad.push(Violation::new(
+                    Setting::MinReplicas,
+                    "min-replicas applies to Redis only: etcd acknowledges a write once a majority of its members has it".to_string(),
+                ));
+            }
         } else if let Err(why) = crate::store::target(&raw.redis_url) {
             bad.push(Violation::new(
                 Setting::RedisUrl,

@@ -139,21 +139,26 @@ fn node_ids_are_checked() {
 }
 
 #[test]
-fn an_etcd_url_is_refused_for_a_host_naming_what_takes_one() {
+fn an_etcd_url_names_the_hosts_store_and_refuses_what_is_redis_only() {
     for url in [
         "etcd://127.0.0.1:2379",
         "etcds://a:2379,b:2379?cacert=/ca.pem",
     ] {
         let mut r = raw();
         r.redis_url = url.into();
+        let cfg = NodeConfig::from_raw(r).expect("an etcd URL names a host's store");
+        assert_eq!(cfg.redis_url, url);
+        let mut r = raw();
+        r.redis_url = url.into();
+        r.min_replicas = 1;
         let e = NodeConfig::from_raw(r).unwrap_err();
         let settings: Vec<Setting> = e.violations.iter().map(|v| v.setting).collect();
-        assert_eq!(settings, vec![Setting::RedisUrl], "{e}");
-        let text = e.to_string();
-        assert!(
-            text.contains("a host does not run on etcd yet")
-                && text.contains("`leasehold trigger`"),
-            "{text}"
-        );
+        assert_eq!(settings, vec![Setting::MinReplicas], "{e}");
+        assert!(e.to_string().contains("applies to Redis only"), "{e}");
     }
+    let mut r = raw();
+    r.redis_url = "etcd://".into();
+    let e = NodeConfig::from_raw(r).unwrap_err();
+    let settings: Vec<Setting> = e.violations.iter().map(|v| v.setting).collect();
+    assert_eq!(settings, vec![Setting::RedisUrl], "{e}");
 }

@@ -72,17 +72,13 @@ pub(super) async fn readyz(State(api): State<Api>) -> Response {
             )
         });
     }
-    let mut conn = api.conn.clone();
-    let ping = tokio::time::timeout(
-        api.timing.redis_timeout,
-        redis::cmd("PING").query_async::<String>(&mut conn),
-    )
-    .await;
+    let ping = tokio::time::timeout(api.timing.redis_timeout, api.store.ping()).await;
+    let store = api.store.kind();
     match ping {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => problems.push(format!("redis: {e}")),
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => problems.push(format!("{store}: {e:#}")),
         Err(_) => problems.push(format!(
-            "redis did not answer PING within {}",
+            "{store} did not answer within {}",
             crate::node::config::show(api.timing.redis_timeout)
         )),
     }

@@ -13,7 +13,6 @@
 //! Length: the routes and their handlers together, so the API's whole surface (and which routes
 //! need the token) is read in one file; the health checks are in `health`.
 
-use crate::store::Conn;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -40,10 +39,9 @@ use health::{healthz, readyz};
 pub(crate) struct Api {
     /// This node's id.
     pub node: String,
-    /// Redis, with the host's timeouts (what the seam does not carry yet: the status and
-    /// history reads).
-    pub conn: Conn,
-    /// The store, for operators' writes (trigger, cancel, pause) and the served jobs.
+    /// The store: operators' writes (trigger, cancel, pause), the served jobs, every status
+    /// and history read; on Redis also its connection for what the seam does not carry yet
+    /// (fan-out tasks, the members' figures).
     pub store: Store,
     /// The jobs served (kept current by [`crate::node`]).
     pub jobs: watch::Receiver<Catalog>,
@@ -325,8 +323,8 @@ async fn open_tasks(
     period: &str,
 ) -> anyhow::Result<Vec<crate::exec::tasks::TaskView>> {
     match &api.store {
-        Store::Redis(_) => {
-            Ok(crate::exec::tasks::tasks_of(&mut api.conn.clone(), keys, period).await?)
+        Store::Redis(r) => {
+            Ok(crate::exec::tasks::tasks_of(&mut r.conn().clone(), keys, period).await?)
         }
         Store::Etcd(_) => Ok(Vec::new()),
     }
@@ -579,12 +577,16 @@ async fn members_now(api: &Api) -> Vec<serde_json::Value> {
     // Each member's figures as it last wrote them, not as this node's last registration read
     // them (a heartbeat older); this node's own worker figures as of now.
     let view = api.members.borrow().members.clone();
-    let fresh = tokio::time::timeout(
-        std::time::Duration::from_secs(2),
-        crate::coord::members::refreshed(&mut api.conn.clone(), &view),
-    )
-    .await
-    .unwrap_or(view);
+    // (On etcd, as the last registration saw them.)
+    let fresh = match &api.store {
+        Store::Redis(r) => tokio::time::timeout(
+            std::time::Duration::from_secs(2),
+            crate::coord::members::refreshed(&mut r.conn().clone(), &view),
+        )
+        .await
+        .unwrap_or(view),
+        Store::Etcd(_) => view,
+    };
     fresh
         .iter()
         .map(|(node, m)| {

@@ -72,6 +72,15 @@ fn now_micros() -> i64 {
 }
 
 impl EtcdTerms {
+    /// Whether the cluster answers a linearizable read (a count of the token base): only a
+    /// member in touch with a quorum does.
+    pub async fn ping(&self) -> EtcdResult<()> {
+        let mut c = self.client.clone();
+        let count_only = etcd_client::GetOptions::new().with_count_only();
+        bounded(self.timeout, c.get(BASE, Some(count_only))).await?;
+        Ok(())
+    }
+
     /// The cluster's token base as this client last saw it; read, or set from this host's
     /// clock when the cluster has none, the first time.
     pub(super) async fn token_base(&self) -> EtcdResult<i64> {
