@@ -648,24 +648,22 @@ pub(crate) async fn heard(notice: &Notice, expected: &str, limit: Duration) -> b
 /// Forgets `notice`'s last payload, so the next [`heard`] needs a new notice even when it
 /// carries the same payload.
 pub(crate) fn forget(notice: &Notice) {
-    notice
-        .payload
-        .as_ref()
-        .expect("a notice with a payload")
-        .lock()
-        .unwrap()
-        .clear();
+    kept(notice).clear();
 }
 
 /// The last payload `notice` kept.
 pub(crate) fn payload(notice: &Notice) -> String {
+    kept(notice).clone()
+}
+
+/// The payload `notice` keeps, locked.
+fn kept(notice: &Notice) -> std::sync::MutexGuard<'_, String> {
     notice
         .payload
         .as_ref()
         .expect("a notice with a payload")
         .lock()
         .unwrap()
-        .clone()
 }
 
 /// One listener of `a`'s hears every job's releases and notices, `b`'s among them, those of a
