@@ -348,45 +348,6 @@ impl Cluster {
         want[1..].parse().unwrap()
     }
 
-    /// I3 from each host's own events, on its monotonic clock: every grant or renewal gives at
-    /// most `ttl − margin` from when it was sent, and every fenced write that Redis accepted was
-    /// sent before the writer's deadline.
-    fn check_host_events(&self) {
-        let (mut grants, mut writes) = (0, 0);
-        for (i, host) in self.hosts.iter().enumerate() {
-            for line in host.log() {
-                let Ok(e) = serde_json::from_str::<Value>(&line) else {
-                    continue;
-                };
-                let (sent, deadline) = (e["sent_ms"].as_u64(), e["deadline_ms"].as_u64());
-                match (e["message"].as_str(), sent, deadline) {
-                    (Some("became leader" | "renewed"), Some(sent), Some(deadline)) => {
-                        grants += 1;
-                        assert!(
-                            deadline <= sent + self.window_ms + 1,
-                            "n{i} granted itself until {deadline} for a call sent at {sent} (window {} ms): {line}",
-                            self.window_ms
-                        )
-                    }
-                    (Some("fenced write"), Some(sent), Some(deadline))
-                        if e["result"] == "accepted" =>
-                    {
-                        writes += 1;
-                        assert!(
-                            sent < deadline,
-                            "n{i} sent a write at {sent}, after its deadline {deadline}: {line}"
-                        )
-                    }
-                    _ => {}
-                }
-            }
-        }
-        assert!(
-            grants > 0 && writes > 0,
-            "no grant or write events in the hosts' logs"
-        );
-    }
-
     /// Waits until the leader `i` has finished `steps` steps of the run.
     async fn wait_steps(&self, i: usize, steps: usize, limit: Duration) {
         wait_for(&format!("n{i} to finish {steps} steps"), limit, || {
@@ -415,7 +376,7 @@ impl Cluster {
             1,
             "exactly one done record"
         );
-        self.check_host_events();
+        harness::check_host_events(&self.hosts, self.window_ms);
         history
     }
 }

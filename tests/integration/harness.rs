@@ -181,3 +181,40 @@ pub(crate) fn deploy_sample_reconciliation(jobs: &Path, data: &Path, day: &str) 
         std::fs::copy(sample.join(f), dest.join(f)).unwrap();
     }
 }
+
+/// I3 from each host's own events (`hosts`, with JSON logs), on its monotonic clock: every grant
+/// or renewal gives at most `window_ms` (ttl − margin) from when it was sent, and every fenced
+/// write that the store accepted was sent before the writer's deadline. Panics on the first
+/// event that breaks it, or when the logs hold no grant or no accepted write.
+pub(crate) fn check_host_events(hosts: &[HostProcess], window_ms: u64) {
+    let (mut grants, mut writes) = (0, 0);
+    for (i, host) in hosts.iter().enumerate() {
+        for line in host.log() {
+            let Ok(e) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            let (sent, deadline) = (e["sent_ms"].as_u64(), e["deadline_ms"].as_u64());
+            match (e["message"].as_str(), sent, deadline) {
+                (Some("became leader" | "renewed"), Some(sent), Some(deadline)) => {
+                    grants += 1;
+                    assert!(
+                        deadline <= sent + window_ms + 1,
+                        "n{i} granted itself until {deadline} for a call sent at {sent} (window {window_ms} ms): {line}"
+                    )
+                }
+                (Some("fenced write"), Some(sent), Some(deadline)) if e["result"] == "accepted" => {
+                    writes += 1;
+                    assert!(
+                        sent < deadline,
+                        "n{i} sent a write at {sent}, after its deadline {deadline}: {line}"
+                    )
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(
+        grants > 0 && writes > 0,
+        "no grant or write events in the hosts' logs"
+    );
+}

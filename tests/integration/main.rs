@@ -82,6 +82,15 @@ mod operators;
 // Terms on etcd under faults (the etcd store's first part, issue 30): a member cut off with its
 // holder, a minority without a leader, a member killed under a live term.
 mod etcd;
+// The history etcd applied, read back from its revisions, and the fencing checker on it (with
+// the checker's own tests).
+mod etcd_history;
+// The reference scenario with real hosts on etcd: the leader crashed, frozen, stopped; etcd's
+// leader killed; the leader's member left without a leader. Every history checked.
+mod etcd_hosts;
+// The randomized soak on etcd: billing replicas under host and etcd-member faults, checked
+// against etcd's history (LEASEHOLD_SOAK_ROUNDS, LEASEHOLD_SOAK_SEED; `./dev soak --store etcd`).
+mod etcd_soak;
 
 // --min-replicas: writes wait for Redis replicas, and fail without them.
 mod replicas;

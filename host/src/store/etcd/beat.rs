@@ -75,7 +75,6 @@ impl EtcdTerms {
         terms: &[EtcdTerm],
         looks: &[&str],
     ) -> EtcdResult<Beaten> {
-        let mut c = self.client.clone();
         let mut leases: Vec<i64> = terms.iter().map(|t| t.lease).collect();
         let mut host = None;
         if let Some(m) = member {
@@ -92,7 +91,7 @@ impl EtcdTerms {
             // lease etcd no longer has is answered with a TTL of 0, which it reports as
             // `LeaseKeepAliveError` (as it does a stream it could not feed: either way what is on
             // the lease cannot count on it).
-            match bounded(self.timeout, c.lease_keep_alive(lease)).await {
+            match self.keep_alive_once(lease).await {
                 Ok(_) => {
                     self.note_renewed(lease, sent);
                     alive.push(lease);
@@ -134,10 +133,9 @@ impl EtcdTerms {
                 _ => chunks.push(vec![op]),
             }
         }
-        let sends = chunks.into_iter().map(|chunk| {
-            let mut c = self.client.clone();
-            async move { bounded(self.timeout, c.txn(Txn::new().and_then(chunk))).await }
-        });
+        let sends = chunks
+            .into_iter()
+            .map(|chunk| async move { self.txn(Txn::new().and_then(chunk)).await });
         let mut replies = Vec::new();
         for got in futures_util::future::join_all(sends).await {
             replies.extend(got?.op_responses());

@@ -158,8 +158,7 @@ impl EtcdTerms {
             for k in watched.iter().chain(&requests) {
                 reads.push(TxnOp::get(k.clone(), None));
             }
-            let mut c = self.client.clone();
-            let got = bounded(self.timeout, c.txn(Txn::new().and_then(reads))).await?;
+            let got = self.txn(Txn::new().and_then(reads)).await?;
             let mut seen = got.op_responses().into_iter().map(seen_of);
             let mut next = || seen.next().unwrap_or_default();
             let (_lease, usage_seen) = (next(), next());
@@ -316,7 +315,7 @@ impl EtcdTerms {
                 .when(compares)
                 .and_then(then)
                 .or_else([TxnOp::get(lease.clone(), None)]);
-            let reply = bounded(self.timeout, c.txn(txn)).await?;
+            let reply = self.txn(txn).await?;
             if reply.succeeded() {
                 return Ok(answer);
             }

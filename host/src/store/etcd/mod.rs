@@ -4,11 +4,10 @@
 //! ([`beat`]), a follower's wait for a job to fall free ([`vacancy`]), one listener per host
 //! for every job's notices ([`notices`]), the term history ([`history`]), operators' requests
 //! and pause flag ([`operator`]) and the jobs each host serves ([`served`]); a cluster is named
-//! by an `etcd://` URL ([`url`]). **Not yet a host's store**: the CLI's `trigger`, `cancel`,
-//! `pause`, `resume` and `runs` work on it (`--store etcd://…`); the rest of the seam that lets a host
-//! run on etcd is the rest of that issue;
-//! `docs/store-contract.md` lists what it must cover. Tested against a real 3-member cluster
-//! (`tests/integration/etcd.rs`, and `contract.rs` beside the Redis store).
+//! by an `etcd://` URL ([`url`]). A host runs on it (`node/stores.rs`), but for fan-out
+//! tasks (`docs/store-contract.md` lists what is left). Tested against a real 3-member cluster
+//! (`tests/integration/etcd.rs`, `contract.rs` beside the Redis store, and three hosts in
+//! `etcd_hosts.rs`).
 //!
 //! **Keys.** A job's keys are under `lh/<job>/`: its key `<rest>` (as the Redis store names it
 //! without the job's prefix `lh:{<job>}:`, e.g. `cursor`, `run:<period>`, `data:<key>`) is
@@ -44,7 +43,10 @@
 //! new term begins before it. Tokens continue another store's (the Redis store's are
 //! microseconds since the epoch) only as far as the hosts' clocks agree, as [`tokens`] says; a
 //! database's fence that holds a higher one raises the base ([`EtcdTerms::raise_tokens`]).
-//! Reads are linearizable (a quorum round each).
+//! Reads are linearizable (a quorum round each). A member that is down stays in the client's
+//! balancer (tonic's), which goes on sending it a share of requests; those that a term lives by
+//! (`EtcdTerms::txn`: a campaign, a heartbeat, a fenced write) are sent again when the
+//! connection was refused, others fail and their callers try again.
 //!
 //! **Clock model.** etcd keeps no wall clock for leases: it counts a lease's TTL on its leader
 //! from the last keep-alive it received. The holder counts its term from before it sent the
@@ -53,7 +55,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, ConnectOptions, TxnOpResponse};
+use etcd_client::{Client, ConnectOptions, Txn, TxnOpResponse};
 
 mod beat;
 mod fenced;
@@ -231,6 +233,74 @@ async fn bounded<T>(limit: Duration, op: impl Future<Output = EtcdResult<T>>) ->
     })
 }
 
+/// Attempts of a request that was never sent ([`never_sent`]): the client's balancer picks
+/// another member for each, so with one member of three down, all three fail one time in 27
+/// or less.
+const UNSENT_ATTEMPTS: usize = 3;
+
+/// Whether `e` says the request never left this host: the connection to the member the
+/// client's balancer picked was refused. A member that is down stays in the balancer
+/// (tonic's, under etcd-client), which goes on sending a share of requests there; such a
+/// request may be sent again, whatever it does, since no member saw it. Read from the error's
+/// chain of causes (an I/O error of kind `ConnectionRefused` under a gRPC `Unavailable`),
+/// never from its text.
+fn never_sent(e: &etcd_client::Error) -> bool {
+    let etcd_client::Error::GRpcStatus(status) = e else {
+        return false;
+    };
+    if status.code() != tonic::Code::Unavailable {
+        return false;
+    }
+    let mut cause = std::error::Error::source(status);
+    while let Some(c) = cause {
+        if c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
+impl EtcdTerms {
+    /// `txn`, answered within the client's timeout, and sent again (up to [`UNSENT_ATTEMPTS`]
+    /// in all, within the same timeout) while it was [`never_sent`]: for the requests a term
+    /// lives by (a campaign, a heartbeat's reads, a fenced write's read and write), so that a
+    /// member that is down costs a term nothing.
+    async fn txn(&self, txn: Txn) -> EtcdResult<etcd_client::TxnResponse> {
+        let attempts = async {
+            let mut tried = 0;
+            loop {
+                let mut c = self.client.clone();
+                tried += 1;
+                match c.txn(txn.clone()).await {
+                    Err(e) if tried < UNSENT_ATTEMPTS && never_sent(&e) => continue,
+                    answer => return answer,
+                }
+            }
+        };
+        bounded(self.timeout, attempts).await
+    }
+
+    /// A keep-alive of `lease` (the stream opened, one keep-alive sent and its answer read),
+    /// within the client's timeout, sent again like [`EtcdTerms::txn`] while it was never sent.
+    async fn keep_alive_once(&self, lease: i64) -> EtcdResult<()> {
+        let attempts = async {
+            let mut tried = 0;
+            loop {
+                let mut c = self.client.clone();
+                tried += 1;
+                match c.lease_keep_alive(lease).await {
+                    Err(e) if tried < UNSENT_ATTEMPTS && never_sent(&e) => continue,
+                    answer => return answer.map(|_| ()),
+                }
+            }
+        };
+        bounded(self.timeout, attempts).await
+    }
+}
+
 /// The owner and create revision of the lease key a transaction's `get` returned.
 fn holder_of(replies: &[TxnOpResponse]) -> Option<(String, i64)> {
     replies.iter().find_map(|r| match r {
@@ -251,6 +321,24 @@ fn holder_of(replies: &[TxnOpResponse]) -> Option<(String, i64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_request_to_a_member_that_refuses_the_connection_was_never_sent() {
+        // A port nobody listens on: the connection is refused.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let endpoint = format!("http://127.0.0.1:{port}");
+        let client = Client::connect([endpoint], None).await.unwrap();
+        let refused = client.kv_client().get("k", None).await.unwrap_err();
+        assert!(never_sent(&refused), "{refused:?}");
+        let timed_out = etcd_client::Error::IoError(std::io::ErrorKind::TimedOut.into());
+        assert!(!never_sent(&timed_out));
+        let no_leader = etcd_client::Error::GRpcStatus(tonic::Status::unavailable("no leader"));
+        assert!(!never_sent(&no_leader));
+    }
 
     #[test]
     fn ttls_are_whole_seconds_rounded_up_and_at_least_one() {

@@ -71,7 +71,6 @@ impl EtcdTerms {
         for _ in 0..BASE_ATTEMPTS {
             let base = self.token_base().await?;
             let key = key.to_string();
-            let mut c = self.client.clone();
             let txn = Txn::new()
                 .when([
                     Compare::create_revision(key.clone(), CompareOp::Equal, 0),
@@ -87,7 +86,7 @@ impl EtcdTerms {
                     super::history::opening(job, owner, base)?,
                 ])
                 .or_else([TxnOp::get(key, None), TxnOp::get(BASE, None)]);
-            let reply = match bounded(self.timeout, c.txn(txn)).await {
+            let reply = match self.txn(txn).await {
                 Ok(r) => r,
                 Err(e) if lease_not_found(&e) => return Err(e),
                 Err(e) => {
@@ -210,7 +209,6 @@ impl EtcdTerms {
             // No term has revision 0: compared with a key that does not exist, it would match.
             return Ok(Fenced::Refused { holder: None });
         }
-        let mut c = self.client.clone();
         let lease = lease_key(&term.job)?;
         let txn = Txn::new()
             .when([Compare::create_revision(
@@ -220,7 +218,7 @@ impl EtcdTerms {
             )])
             .and_then([TxnOp::put(data_key(&term.job, key)?, value, None)])
             .or_else([TxnOp::get(lease, None)]);
-        let reply = bounded(self.timeout, c.txn(txn)).await?;
+        let reply = self.txn(txn).await?;
         if reply.succeeded() {
             return Ok(Fenced::Applied {
                 revision: reply.header().map_or(0, |h| h.revision()),
