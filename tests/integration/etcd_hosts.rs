@@ -13,6 +13,7 @@
 use std::time::Duration;
 
 use leasehold::coord::term_store::{Store, TermStore};
+use leasehold::coord::terms::TermEnd;
 use leasehold_harness::EtcdCluster;
 use leasehold_harness::fixtures::write_generated_day;
 use serde_json::Value;
@@ -74,18 +75,26 @@ impl Cluster {
         }
     }
 
-    /// Starts the next host, `n<i>`, on the etcd URL `url`.
-    fn add_host(&mut self, url: &str, timing: (&str, &str)) {
-        let data = self.dir.join("data");
+    /// Starts the next host, `n<i>`: `leasehold run --store URL` with the etcd URL `url`.
+    fn add_host(&mut self, url: &str, (ttl, heartbeat): (&str, &str)) {
+        let (jobs, data) = (self.dir.join("jobs"), self.dir.join("data"));
         let node = format!("n{}", self.hosts.len());
-        self.hosts.push(HostProcess::start_node(
-            LEASEHOLD,
+        let args = [
+            "run",
+            "--store",
             url,
-            &self.dir.join("jobs"),
+            "--jobs-dir",
+            jobs.to_str().unwrap(),
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--node-id",
             &node,
-            timing,
-            &["--data-dir", data.to_str().unwrap()],
-        ));
+            "--lease-ttl",
+            ttl,
+            "--heartbeat",
+            heartbeat,
+        ];
+        self.hosts.push(HostProcess::start(LEASEHOLD, &args, &[]));
     }
 
     /// The first host to lead and its term's token (waits up to 60 s).
@@ -178,6 +187,27 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// Waits (up to 30 s) until the job's term history says the term with `token`, host
+    /// `n{i}`'s, ended in one of the ways `how`.
+    async fn term_ended(&self, token: i64, i: usize, how: &[TermEnd]) {
+        let want = format!("term {token} to end as {how:?}");
+        let term = wait_for(&want, Duration::from_secs(30), || async {
+            let history = self.store.history(JOB, 32).await.ok()?;
+            assert_eq!(history.unparsed, 0, "{:?}", history.terms);
+            let t = history
+                .terms
+                .into_iter()
+                .find(|t| t.token == token as u64)?;
+            t.end.filter(|e| how.contains(e))?;
+            Some(t)
+        })
+        .await;
+        assert_eq!(term.node, format!("n{i}"), "{term:?}");
+        assert!(term.ended_ms.unwrap() >= term.started_ms, "{term:?}");
+    }
+}
+
 fn token_of(line: &str) -> i64 {
     let v: Value = serde_json::from_str(line).unwrap();
     v["token"].as_i64().unwrap()
@@ -205,6 +235,10 @@ async fn a_crashed_leader_on_etcd_is_replaced_and_the_run_finishes_from_its_chec
         // Both terms wrote: the first its three steps, the second the rest.
         assert!(checked.writes.get(&first_token).is_some_and(|n| *n >= 3));
         assert!(checked.writes.get(&second_token).is_some_and(|n| *n >= 1));
+        // The killed term never said how it ended: its history entry reads `crashed`.
+        cluster
+            .term_ended(first_token, first, &[TermEnd::Crashed])
+            .await;
     })
     .await;
 }
@@ -247,6 +281,10 @@ async fn a_frozen_leader_on_etcd_wakes_as_a_zombie_and_changes_nothing() {
             [first_token, second_token],
             "{checked:?}"
         );
+        // Back, the zombie says how its term ended in place of the successor's `crashed`.
+        cluster
+            .term_ended(first_token, first, &[TermEnd::Expired, TermEnd::Fenced])
+            .await;
     })
     .await;
 }
@@ -256,7 +294,7 @@ async fn a_leader_on_etcd_stopped_with_sigterm_hands_over_without_waiting_for_it
     // A 60 s lease and a 45 s budget for the hand-over: only the release can do it.
     deadline(Duration::from_secs(300), async {
         let mut cluster = Cluster::start("etcd-graceful", ("60s", "5s")).await;
-        let (first, _) = cluster.first_leader().await;
+        let (first, first_token) = cluster.first_leader().await;
         cluster.trigger_and_wait(first, 2).await;
         let before = cluster.terms_logged();
         assert!(
@@ -275,6 +313,9 @@ async fn a_leader_on_etcd_stopped_with_sigterm_hands_over_without_waiting_for_it
         assert_eq!(record["node"], format!("n{second}"), "{record}");
         cluster.assert_resumed(second, first, 2).await;
         cluster.assert_one_correct_result().await;
+        cluster
+            .term_ended(first_token, first, &[TermEnd::Released])
+            .await;
     })
     .await;
 }

@@ -213,9 +213,12 @@ impl LimitArgs {
 /// Flags of `leasehold run`.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct RunArgs {
-    /// Redis URL, e.g. redis://127.0.0.1:6379 or rediss://user:password@host:6380.
+    /// The store's URL: Redis (redis://127.0.0.1:6379, rediss://user:password@host:6380,
+    /// redis+sentinel://, redis+cluster://) or etcd (etcd://host:2379,host:2379, etcds:// with
+    /// TLS; `--store` names it too).
     #[arg(
         long,
+        visible_alias = "store",
         env = "LEASEHOLD_REDIS_URL",
         default_value = "redis://127.0.0.1:6379"
     )]
