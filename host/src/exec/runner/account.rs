@@ -1,5 +1,11 @@
 //! Accounting: every period that fired since the cursor gets a run record, written through the
-//! fence together with the new cursor, so no period is dropped or accounted twice (I5).
+//! fence, the new cursor with the last of them, so no period is dropped or accounted twice (I5).
+//!
+//! The records are written [`ACCOUNT_CHUNK`] at a time, oldest first, so that a pass after a
+//! long outage stays within a store's limit on one write (etcd's `--max-txn-ops`, 128 by
+//! default: three operations a record). A pass that fails part way leaves records that the
+//! next pass keeps (a period with a record keeps it) and the cursor where it was, so the next
+//! pass writes only what is missing.
 
 use std::time::Duration;
 
@@ -16,6 +22,10 @@ use crate::units::show;
 
 /// Most periods accounted for in one pass (and recorded one by one after an outage).
 const ACCOUNT_MAX: usize = 1000;
+
+/// Most records in one fenced write of a pass (three operations each on etcd, with room for
+/// the cursor and the write's own reads within etcd's default 128).
+const ACCOUNT_CHUNK: usize = 32;
 
 /// The cursor's instant: RFC 3339 (what this version writes: the UTC instant of the newest
 /// period accounted for), or a wall-clock fire time `YYYY-MM-DDTHH:MM:SS` as earlier versions
@@ -132,21 +142,38 @@ impl Runner {
             .fire
             .with_timezone(&Utc)
             .to_rfc3339_opts(SecondsFormat::Secs, true);
-        let mut sets: Vec<(String, &[u8])> = records
-            .iter()
-            .zip(&jsons)
-            .map(|(r, j)| (self.keys.run(&r.period), j.as_slice()))
-            .collect();
-        sets.push((self.keys.cursor(), cursor_value.as_bytes()));
-        // Records, the periods made pending in the open index, and the cursor: all or nothing.
-        let indexed: Vec<String> = records.iter().map(|r| r.period.clone()).collect();
-        let book = Bookkeeping {
-            open_add: &pending,
-            runs_add: &indexed,
-            ..Bookkeeping::default()
+        // Each chunk's records with their periods in the run index (the pending ones in the
+        // open index), all or nothing; the cursor with the last chunk (alone when every period
+        // already had a record).
+        let chunks: Vec<&[RunRecord]> = if records.is_empty() {
+            vec![&[]]
+        } else {
+            records.chunks(ACCOUNT_CHUNK).collect()
         };
-        self.fenced(term, TermWrite::new(&sets, &[]).with(book))
-            .await?;
+        let (mut jsons, last) = (jsons.iter(), chunks.len() - 1);
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            let mut sets: Vec<(String, &[u8])> = chunk
+                .iter()
+                .zip(jsons.by_ref())
+                .map(|(r, j)| (self.keys.run(&r.period), j.as_slice()))
+                .collect();
+            if i == last {
+                sets.push((self.keys.cursor(), cursor_value.as_bytes()));
+            }
+            let indexed: Vec<String> = chunk.iter().map(|r| r.period.clone()).collect();
+            let opened: Vec<String> = chunk
+                .iter()
+                .filter(|r| r.status == RunStatus::Pending)
+                .map(|r| r.period.clone())
+                .collect();
+            let book = Bookkeeping {
+                open_add: &opened,
+                runs_add: &indexed,
+                ..Bookkeeping::default()
+            };
+            self.fenced(term, TermWrite::new(&sets, &[]).with(book))
+                .await?;
+        }
         for r in records.iter().filter(|r| r.status.is_final()) {
             crate::metrics::get().run_final(&self.job.spec.name, r.status.as_str());
         }

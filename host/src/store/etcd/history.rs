@@ -161,7 +161,7 @@ impl EtcdTerms {
                 let txn = Txn::new()
                     .when([held])
                     .and_then([TxnOp::delete(key.clone(), None)]);
-                return Ok(bounded(self.timeout, c.txn(txn)).await?.succeeded());
+                return Ok(self.txn(txn).await?.succeeded());
             };
             let open = stored.end.is_none();
             stored.end = Some(how.to_string());
@@ -176,7 +176,7 @@ impl EtcdTerms {
                 .when([held, unchanged.clone()])
                 .and_then(then)
                 .or_else([TxnOp::get(key.clone(), None)]);
-            let reply = bounded(self.timeout, c.txn(txn)).await?;
+            let reply = self.txn(txn).await?;
             if reply.succeeded() {
                 return Ok(true);
             }
@@ -198,7 +198,7 @@ impl EtcdTerms {
                     closed,
                     None,
                 )]);
-                bounded(self.timeout, c.txn(txn)).await?;
+                self.txn(txn).await?;
             }
             return Ok(false);
         }

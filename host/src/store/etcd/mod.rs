@@ -45,8 +45,9 @@
 //! database's fence that holds a higher one raises the base ([`EtcdTerms::raise_tokens`]).
 //! Reads are linearizable (a quorum round each). A member that is down stays in the client's
 //! balancer (tonic's), which goes on sending it a share of requests; those that a term lives by
-//! (`EtcdTerms::txn`: a campaign, a heartbeat, a fenced write) are sent again when the
-//! connection was refused, others fail and their callers try again.
+//! (`EtcdTerms::resent`: a campaign, a heartbeat, a fenced write, a release) are sent again
+//! when the connection was refused, others fail and their callers try again. A member that does
+//! not answer at all costs each request sent there its timeout.
 //!
 //! **Clock model.** etcd keeps no wall clock for leases: it counts a lease's TTL on its leader
 //! from the last keep-alive it received. The holder counts its term from before it sent the
@@ -264,17 +265,22 @@ fn never_sent(e: &etcd_client::Error) -> bool {
 }
 
 impl EtcdTerms {
-    /// `txn`, answered within the client's timeout, and sent again (up to [`UNSENT_ATTEMPTS`]
-    /// in all, within the same timeout) while it was [`never_sent`]: for the requests a term
-    /// lives by (a campaign, a heartbeat's reads, a fenced write's read and write), so that a
-    /// member that is down costs a term nothing.
-    async fn txn(&self, txn: Txn) -> EtcdResult<etcd_client::TxnResponse> {
+    /// `op` on a clone of the client, answered within the client's timeout, and made again (up
+    /// to [`UNSENT_ATTEMPTS`] in all, within the same timeout) while it was [`never_sent`]: for
+    /// the requests a term lives by (a campaign and its lease, a heartbeat, a fenced write, a
+    /// release, a term's end), so that a member whose port refuses connections costs them no
+    /// failure. A member that does not answer at all (its machine gone, no refusal) still
+    /// costs a request sent there its timeout.
+    async fn resent<T, F, Fut>(&self, mut op: F) -> EtcdResult<T>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = EtcdResult<T>>,
+    {
         let attempts = async {
             let mut tried = 0;
             loop {
-                let mut c = self.client.clone();
                 tried += 1;
-                match c.txn(txn.clone()).await {
+                match op(self.client.clone()).await {
                     Err(e) if tried < UNSENT_ATTEMPTS && never_sent(&e) => continue,
                     answer => return answer,
                 }
@@ -283,21 +289,20 @@ impl EtcdTerms {
         bounded(self.timeout, attempts).await
     }
 
+    /// `txn`, [`EtcdTerms::resent`] while it was never sent.
+    async fn txn(&self, txn: Txn) -> EtcdResult<etcd_client::TxnResponse> {
+        self.resent(|mut c| {
+            let txn = txn.clone();
+            async move { c.txn(txn).await }
+        })
+        .await
+    }
+
     /// A keep-alive of `lease` (the stream opened, one keep-alive sent and its answer read),
-    /// within the client's timeout, sent again like [`EtcdTerms::txn`] while it was never sent.
+    /// [`EtcdTerms::resent`] while it was never sent.
     async fn keep_alive_once(&self, lease: i64) -> EtcdResult<()> {
-        let attempts = async {
-            let mut tried = 0;
-            loop {
-                let mut c = self.client.clone();
-                tried += 1;
-                match c.lease_keep_alive(lease).await {
-                    Err(e) if tried < UNSENT_ATTEMPTS && never_sent(&e) => continue,
-                    answer => return answer.map(|_| ()),
-                }
-            }
-        };
-        bounded(self.timeout, attempts).await
+        self.resent(|mut c| async move { c.lease_keep_alive(lease).await.map(|_| ()) })
+            .await
     }
 }
 

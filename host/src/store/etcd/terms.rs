@@ -157,8 +157,9 @@ impl EtcdTerms {
             return Ok((h.id, h.ttl));
         }
         let sent = Instant::now();
-        let mut c = self.client.clone();
-        let granted = bounded(self.timeout, c.lease_grant(ttl_seconds(ttl), None)).await?;
+        let granted = self
+            .resent(|mut c| async move { c.lease_grant(ttl_seconds(ttl), None).await })
+            .await?;
         let lease = HostLease {
             id: granted.id(),
             ttl: Duration::from_secs(granted.ttl().max(1) as u64),
@@ -196,11 +197,10 @@ impl EtcdTerms {
     /// `crashed` once a later term begins).
     pub async fn release_owner(&self, job: &str, owner: &str) -> EtcdResult<bool> {
         let key = lease_key(job)?;
-        let mut c = self.client.clone();
         let txn = Txn::new()
             .when([Compare::value(key.clone(), CompareOp::Equal, owner)])
             .and_then([TxnOp::delete(key, None)]);
-        Ok(bounded(self.timeout, c.txn(txn)).await?.succeeded())
+        Ok(self.txn(txn).await?.succeeded())
     }
 
     /// Writes `value` under the job's `key`, fenced: applied only while `term` holds the job.
