@@ -6,7 +6,7 @@
 //!                                                    # write, batch, guest, recon, scale,
 //!                                                    # fast, scale10k, cluster, tasks,
 //!                                                    # fanout, cold, python, sql, stores,
-//!                                                    # http, console)
+//!                                                    # etcd, http, console)
 //! cargo bench --bench leasehold -- --trials 5 --rows 200000 --jobs 300 --quiet-secs 60
 //! ```
 //!
@@ -172,8 +172,9 @@ async fn wait<T, F: FnMut() -> Option<T>>(what: &str, limit: Duration, mut f: F)
 /// Three replicas of the `pulse` job (a run that never ends, one 5 ms step after another).
 struct Pulse {
     url: String,
-    conn: leasehold::store::Conn,
-    /// The Redis (a server or a cluster) the replicas use, kept alive.
+    /// The store the replicas use, as a host reads it (who holds the job).
+    store: leasehold::coord::term_store::Store,
+    /// The Redis (a server or a cluster) or the etcd cluster the replicas use, kept alive.
     _store: Box<dyn std::any::Any>,
     dir: TempDir,
     hosts: Vec<HostProcess>,
@@ -188,7 +189,14 @@ impl Pulse {
         Self::start_on(guests, url, Box::new(redis), ttl, heartbeat).await
     }
 
-    /// Three replicas against `url` (`store` keeps its Redis alive).
+    /// The same on a 3-member etcd cluster of the harness's (`--store etcd://…`).
+    async fn start_etcd(guests: &Path, ttl: &'static str, heartbeat: &'static str) -> Self {
+        let etcd = leasehold_harness::EtcdCluster::start(3).await;
+        let url = etcd.url();
+        Self::start_on(guests, url, Box::new(etcd), ttl, heartbeat).await
+    }
+
+    /// Three replicas against `url` (`store` keeps its Redis or etcd alive).
     async fn start_on(
         guests: &Path,
         url: String,
@@ -204,16 +212,12 @@ impl Pulse {
             &guests.join("benchjob.wasm"),
             &dir.join("jobs/benchjob.wasm"),
         );
-        let conn = leasehold::store::Conn::connect(
-            &url,
-            Duration::from_secs(2),
-            Some(Duration::from_secs(5)),
-        )
-        .await
-        .unwrap();
+        let seam = leasehold::coord::term_store::Store::open(&url, Duration::from_secs(5))
+            .await
+            .unwrap();
         let mut p = Pulse {
             url,
-            conn,
+            store: seam,
             _store: store,
             dir,
             hosts: Vec::new(),
@@ -265,7 +269,10 @@ impl Pulse {
     async fn leader(&self) -> usize {
         let start = Instant::now();
         loop {
-            let owner: Option<String> = self.conn.clone().get("lh:{benchjob}:lease").await.unwrap();
+            let owner = leasehold::coord::term_store::TermStore::holder(&self.store, "benchjob")
+                .await
+                .ok()
+                .flatten();
             if let Some(i) = owner
                 .and_then(|o| o.strip_prefix('n').map(|r| r.to_string()))
                 .and_then(|r| r.split(':').next().and_then(|n| n.parse::<usize>().ok()))
@@ -378,6 +385,41 @@ async fn failover(guests: &Path, o: &Options, rows: &mut Vec<Row>) {
             Some(p99 <= ttl_ms + 100.0),
         ));
     }
+}
+
+/// The crash failover at etcd's smallest practical TTL (1 s as the harness's members grant it)
+/// and the graceful hand-over, with three hosts on a 3-member etcd (`--only etcd`): the rows
+/// beside the Redis ones above.
+async fn etcd_pulse(guests: &Path, o: &Options, rows: &mut Vec<Row>) {
+    eprintln!("crash failover on etcd, ttl 1s: {} trials", o.trials);
+    let mut p = Pulse::start_etcd(guests, "1s", "200ms").await;
+    let mut v = p.trials(o.trials, false).await;
+    let (min, med, p99) = summary(&mut v);
+    rows.push(row(
+        &format!(
+            "etcd: crash failover, ttl 1s (SIGKILL → first step), {} trials",
+            o.trials
+        ),
+        format!("min {min:.0} / median {med:.0} / p99 {p99:.0} ms"),
+        "Redis, ttl 1s: the row above",
+        "stated (etcd revokes a lapsed lease in a loop, about every 500 ms)",
+        None,
+    ));
+    drop(p);
+    eprintln!("graceful handover on etcd: {} trials", o.trials);
+    let mut p = Pulse::start_etcd(guests, "10s", "2s").await;
+    let mut v = p.trials(o.trials, true).await;
+    let (min, med, p99) = summary(&mut v);
+    rows.push(row(
+        &format!(
+            "etcd: graceful handover, ttl 10s (SIGTERM → first step), {} trials",
+            o.trials
+        ),
+        format!("min {min:.1} / median {med:.1} / p99 {p99:.1} ms"),
+        "Redis: the handover row",
+        "stated (no TTL wait)",
+        None,
+    ));
 }
 
 async fn handover(guests: &Path, o: &Options, rows: &mut Vec<Row>) {
@@ -1031,6 +1073,9 @@ async fn main() {
     }
     if want("handover") {
         handover(&guests, &o, &mut rows).await;
+    }
+    if want("etcd") {
+        etcd_pulse(&guests, &o, &mut rows).await;
     }
     if want("write") {
         writes(&mut rows).await;
