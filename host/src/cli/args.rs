@@ -1,6 +1,5 @@
-//! The command line's shape: every command and flag, with its environment variable and
-//! default. Values are only parsed here; their rules are checked in
-//! [`leasehold::node::config`].
+//! The command line's shape: every command and flag, with its environment variable and default.
+//! Values are only parsed here; their rules are checked in [`leasehold::node::config`].
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -213,9 +212,7 @@ impl LimitArgs {
 /// Flags of `leasehold run`.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct RunArgs {
-    /// The store's URL: Redis (redis://127.0.0.1:6379, rediss://user:password@host:6380,
-    /// redis+sentinel://, redis+cluster://) or etcd (etcd://host:2379,host:2379, etcds:// with
-    /// TLS; `--store` names it too).
+    /// The store's URL: Redis (redis://, rediss://, redis+sentinel://, redis+cluster://) or etcd.
     #[arg(
         long,
         visible_alias = "store",
