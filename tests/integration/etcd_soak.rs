@@ -28,36 +28,12 @@ use crate::harness::{
     HostProcess, LEASEHOLD, TempDir, answered, deadline, deploy_billing, guests, new_version,
     run_leasehold, wait_for,
 };
+// What both soaks share: customers per period, quick retries, the periods and the generator.
+use crate::soak::{CUSTOMERS, RETRY, Rng, env_u64, period};
 
-/// Customers billed per period.
-const CUSTOMERS: usize = 200;
 const JOB: &str = "billing";
-/// Retries come quickly: a fault must not leave a period waiting out the default backoff.
-const RETRY: &str = "[retry]\nattempts = 5\nbackoff = \"100ms\"\nmax-backoff = \"1s\"\n";
 /// etcd's TTLs are whole seconds, at least its floor (1 s with the harness's members).
 const TIMING: (&str, &str) = ("2s", "400ms");
-
-/// The `n`th period operators trigger: days from 2000-01-01 on (outside the job's own
-/// schedule and its catch-up).
-fn period(n: usize) -> String {
-    (chrono::NaiveDate::from_ymd_opt(2000, 1, 1).unwrap() + chrono::Days::new(n as u64))
-        .format("%Y-%m-%d")
-        .to_string()
-}
-
-/// A small deterministic generator (xorshift), so a seed replays the same fault schedule.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x % n
-    }
-}
 
 struct Soak {
     etcd: EtcdCluster,
@@ -100,10 +76,6 @@ impl Soak {
         let got = answered("a run record", || self.store.read_key(JOB, &key)).await;
         got.map(|v| serde_json::from_slice(&v).expect("a JSON run record"))
     }
-}
-
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
 #[tokio::test]

@@ -36,18 +36,18 @@ use crate::history::Recorder;
 use crate::proxy::{Fault, FaultProxy};
 
 /// Customers billed per period.
-const CUSTOMERS: usize = 200;
+pub(crate) const CUSTOMERS: usize = 200;
 
 /// The jobs billed: in the store, and in the PostgreSQL ledger (the same component).
 const JOBS: [&str; 2] = ["billing", "billing-pg"];
 
 /// Retries come quickly: a fault must not leave a period waiting out the default backoff.
-const RETRY: &str = "[retry]\nattempts = 5\nbackoff = \"100ms\"\nmax-backoff = \"1s\"\n";
+pub(crate) const RETRY: &str = "[retry]\nattempts = 5\nbackoff = \"100ms\"\nmax-backoff = \"1s\"\n";
 
 /// The `n`th period operators trigger (billing is daily): days from 2000-01-01 on, so that
 /// even a soak of many thousand rounds never triggers a period the job's own daily schedule
 /// could run as well (today's, and those within its catch-up).
-fn period(n: usize) -> String {
+pub(crate) fn period(n: usize) -> String {
     (chrono::NaiveDate::from_ymd_opt(2000, 1, 1).unwrap() + chrono::Days::new(n as u64))
         .format("%Y-%m-%d")
         .to_string()
@@ -55,7 +55,7 @@ fn period(n: usize) -> String {
 const TIMING: (&str, &str) = ("1s", "200ms");
 
 /// A small deterministic generator (xorshift), so a seed replays the same fault schedule.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -67,7 +67,7 @@ impl Rng {
         x
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 }
@@ -116,7 +116,7 @@ impl Soak {
     }
 }
 
-fn env_u64(name: &str) -> Option<u64> {
+pub(crate) fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
