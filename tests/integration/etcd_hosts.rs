@@ -19,7 +19,9 @@ use leasehold_harness::fixtures::write_generated_day;
 use serde_json::Value;
 
 use crate::etcd_history::{self, Checked};
-use crate::harness::{HostProcess, LEASEHOLD, TempDir, answered, deadline, guests, wait_for};
+use crate::harness::{
+    HostProcess, LEASEHOLD, TempDir, answered, deadline, guests, new_leader, terms_logged, wait_for,
+};
 
 const JOB: &str = "reconciliation";
 const PERIOD: &str = "2026-11-27";
@@ -112,34 +114,6 @@ impl Cluster {
         .await
     }
 
-    /// How many terms each host has logged so far (for [`Cluster::new_leader`]).
-    fn terms_logged(&self) -> Vec<usize> {
-        self.hosts
-            .iter()
-            .map(|h| h.log_lines_with("became leader").len())
-            .collect()
-    }
-
-    /// The first host other than `except` to log a term beyond `before` (its count from
-    /// [`Cluster::terms_logged`]), and that term's log line.
-    async fn new_leader(
-        &self,
-        before: &[usize],
-        except: Option<usize>,
-        limit: Duration,
-    ) -> (usize, String) {
-        wait_for("a new leader", limit, || {
-            let found = (0..self.hosts.len())
-                .filter(|i| Some(*i) != except)
-                .find_map(|i| {
-                    let lines = self.hosts[i].log_lines_with("became leader");
-                    lines.get(before[i]).map(|l| (i, l.clone()))
-                });
-            async move { found }
-        })
-        .await
-    }
-
     /// Triggers the run (`leasehold trigger … --store etcd://…`) and waits until host `i` has
     /// finished `steps` steps of it (up to 120 s).
     async fn trigger_and_wait(&self, i: usize, steps: usize) {
@@ -192,9 +166,7 @@ impl Cluster {
         crate::harness::check_host_events(&self.hosts, self.window_ms);
         checked
     }
-}
 
-impl Cluster {
     /// Waits (up to 30 s) until the job's term history says the term with `token`, host
     /// `n{i}`'s, ended in one of the ways `how`.
     async fn term_ended(&self, token: i64, i: usize, how: &[TermEnd]) {
@@ -226,12 +198,11 @@ async fn a_crashed_leader_on_etcd_is_replaced_and_the_run_finishes_from_its_chec
         let mut cluster = Cluster::start("etcd-crash", TIMING).await;
         let (first, first_token) = cluster.first_leader().await;
         cluster.trigger_and_wait(first, 3).await;
-        let before = cluster.terms_logged();
+        let before = terms_logged(&cluster.hosts);
         cluster.hosts[first].kill();
 
-        let (second, took_over) = cluster
-            .new_leader(&before, Some(first), Duration::from_secs(30))
-            .await;
+        let (second, took_over) =
+            new_leader(&cluster.hosts, &before, first, Duration::from_secs(30)).await;
         let second_token = token_of(&took_over);
         assert!(second_token > first_token, "{second_token} > {first_token}");
         let record = cluster.wait_done(Duration::from_secs(120)).await;
@@ -265,13 +236,12 @@ async fn a_frozen_leader_on_etcd_wakes_as_a_zombie_and_changes_nothing() {
         let cluster = Cluster::start("etcd-zombie", TIMING).await;
         let (first, first_token) = cluster.first_leader().await;
         cluster.trigger_and_wait(first, 2).await;
-        let before = cluster.terms_logged();
+        let before = terms_logged(&cluster.hosts);
         cluster.hosts[first].pause();
 
         // Its lease lapses on etcd (no keep-alive) and another host takes the job.
-        let (second, took_over) = cluster
-            .new_leader(&before, Some(first), Duration::from_secs(30))
-            .await;
+        let (second, took_over) =
+            new_leader(&cluster.hosts, &before, first, Duration::from_secs(30)).await;
         let second_token = token_of(&took_over);
         assert!(second_token > first_token, "{second_token} > {first_token}");
         cluster.assert_resumed(second, first, 2).await;
@@ -304,7 +274,7 @@ async fn a_leader_on_etcd_stopped_with_sigterm_hands_over_without_waiting_for_it
         let mut cluster = Cluster::start("etcd-graceful", ("60s", "5s")).await;
         let (first, first_token) = cluster.first_leader().await;
         cluster.trigger_and_wait(first, 2).await;
-        let before = cluster.terms_logged();
+        let before = terms_logged(&cluster.hosts);
         assert!(
             cluster.hosts[first]
                 .terminate(Duration::from_secs(20))
@@ -314,9 +284,7 @@ async fn a_leader_on_etcd_stopped_with_sigterm_hands_over_without_waiting_for_it
         cluster.hosts[first]
             .wait_for_log("released lease", Duration::from_secs(5))
             .await;
-        let (second, _) = cluster
-            .new_leader(&before, Some(first), Duration::from_secs(45))
-            .await;
+        let (second, _) = new_leader(&cluster.hosts, &before, first, Duration::from_secs(45)).await;
         let record = cluster.wait_done(Duration::from_secs(120)).await;
         assert_eq!(record["node"], format!("n{second}"), "{record}");
         cluster.assert_resumed(second, first, 2).await;

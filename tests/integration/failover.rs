@@ -240,30 +240,18 @@ impl Cluster {
 
     /// How many terms each host has logged so far (for [`Cluster::new_leader`]).
     fn terms_logged(&self) -> Vec<usize> {
-        self.hosts
-            .iter()
-            .map(|h| h.log_lines_with("became leader").len())
-            .collect()
+        harness::terms_logged(&self.hosts)
     }
 
     /// The first host other than `except` to log a term beyond `before` (its count from
-    /// [`Cluster::terms_logged`]), and that term's log line.
+    /// [`Cluster::terms_logged`]), and that term's log line ([`harness::new_leader`]).
     async fn new_leader(
         &self,
         before: &[usize],
         except: usize,
         limit: Duration,
     ) -> (usize, String) {
-        wait_for("a new leader", limit, || {
-            let found = (0..self.hosts.len())
-                .filter(|i| *i != except)
-                .find_map(|i| {
-                    let lines = self.hosts[i].log_lines_with("became leader");
-                    lines.get(before[i]).map(|l| (i, l.clone()))
-                });
-            async move { found }
-        })
-        .await
+        harness::new_leader(&self.hosts, before, except, limit).await
     }
 
     /// Host `i`'s latest term's token.

@@ -218,3 +218,29 @@ pub(crate) fn check_host_events(hosts: &[HostProcess], window_ms: u64) {
         "no grant or write events in the hosts' logs"
     );
 }
+
+/// How many terms each of `hosts` has logged so far ("became leader"), for [`new_leader`].
+pub(crate) fn terms_logged(hosts: &[HostProcess]) -> Vec<usize> {
+    hosts
+        .iter()
+        .map(|h| h.log_lines_with("became leader").len())
+        .collect()
+}
+
+/// The first of `hosts` other than `except` to log a term beyond `before` (its count from
+/// [`terms_logged`]), and that term's log line; waits up to `limit`.
+pub(crate) async fn new_leader(
+    hosts: &[HostProcess],
+    before: &[usize],
+    except: usize,
+    limit: std::time::Duration,
+) -> (usize, String) {
+    wait_for("a new leader", limit, || {
+        let found = (0..hosts.len()).filter(|i| *i != except).find_map(|i| {
+            let lines = hosts[i].log_lines_with("became leader");
+            lines.get(before[i]).map(|l| (i, l.clone()))
+        });
+        async move { found }
+    })
+    .await
+}
